@@ -1,0 +1,40 @@
+# The two commands a fresh machine needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-fast lint repro clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps recbole==1.2.1
+	touch $(STAMP)
+
+## Run every stage that exists on the embedded default (MovieLens-100k, CPU, offline).
+run: $(STAMP)
+	$(BIN)/sidrec pipeline
+
+## Lint, type-check, then the whole test suite (fast and slow), as CI does.
+test: $(STAMP) lint
+	$(BIN)/pytest -m 'slow or not slow'
+
+test-fast: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV)
+
+## The same stages through DVC (`dvc repro`), with the venv's `sidrec` on PATH.
+repro: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro

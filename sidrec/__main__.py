@@ -1,0 +1,3 @@
+from sidrec.cli import main
+
+main()

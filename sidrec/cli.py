@@ -1,0 +1,210 @@
+"""``sidrec``: one subcommand per stage, plus ``pipeline`` which runs them as Prefect flows.
+
+Stage subcommands call the stage functions directly (this is what ``dvc.yaml`` runs);
+``pipeline`` runs the ``retrain`` flow (ephemeral local Prefect API unless ``PREFECT_API_URL``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sidrec.config import SOURCES, Settings, load_settings
+from sidrec.errors import SidrecError
+from sidrec.stage import STAGES, Stage
+
+app = typer.Typer(
+    help="Generative recommendation with semantic IDs: ingest → validate → split → ...",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console(stderr=True)
+out = Console()
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="The configuration file.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", "-s", help="Override a key: section.key=value (value is YAML). Repeatable."
+    ),
+]
+SourceOpt = Annotated[str | None, typer.Option(help=f"Ingest source: {', '.join(SOURCES)}.")]
+DatasetOpt = Annotated[str | None, typer.Option(help="Dataset name (output folder under data/*/).")]
+InterOpt = Annotated[
+    Path | None, typer.Option("--interactions", help="csv source: interactions file.")
+]
+ItemsOpt = Annotated[Path | None, typer.Option("--items", help="csv source: items file.")]
+PathOpt = Annotated[Path | None, typer.Option("--path", help="minionerec source: the data folder.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
+
+
+def _overrides(
+    sets: list[str] | None,
+    source: str | None,
+    dataset: str | None,
+    interactions: Path | None,
+    items: Path | None,
+    path: Path | None,
+) -> list[str]:
+    flags = {
+        "ingest.source": source,
+        "project.dataset": dataset,
+        "ingest.interactions": interactions,
+        "ingest.items": items,
+        "ingest.path": path,
+    }
+    return [*(sets or []), *(f"{k}={v}" for k, v in flags.items() if v is not None)]
+
+
+@contextmanager
+def _errors(debug: bool) -> Iterator[None]:
+    """Short readable errors and a non-zero exit; the traceback only with --debug."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        yield
+    except SidrecError as exc:
+        if debug:
+            raise
+        console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, typer.Exit):
+        raise
+    except Exception as exc:
+        if debug:
+            raise
+        console.print(
+            f"[bold red]unexpected error:[/] {type(exc).__name__}: {exc}\n(run again with --debug for the traceback)",
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
+
+
+def _run_stage(stage: Stage, settings: Settings) -> None:
+    from flows.common import save_run_config
+
+    save_run_config(settings, stage)
+    if stage == "ingest":
+        from tasks.ingest import ingest as fn
+    elif stage == "validate":
+        from tasks.validate import validate as fn
+    else:
+        from tasks.split import split as fn
+    result = fn(settings)
+    _summary({stage: result})
+
+
+def _summary(results: dict[str, Any]) -> None:
+    from flows.common import summary_rows
+
+    rows = summary_rows(results)
+    table = Table(title="sidrec summary")
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    for col in columns:
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for row in rows:
+        table.add_row(
+            *(
+                f"{row[c]:,}" if isinstance(row.get(c), int) else str(row.get(c, ""))
+                for c in columns
+            )
+        )
+    out.print(table)
+
+
+def _stage_command(stage: Stage, doc: str) -> None:
+    def command(
+        config: ConfigOpt = Path("params.yaml"),
+        set_: SetOpt = None,
+        source: SourceOpt = None,
+        dataset: DatasetOpt = None,
+        interactions: InterOpt = None,
+        items: ItemsOpt = None,
+        path: PathOpt = None,
+        debug: DebugOpt = False,
+    ) -> None:
+        with _errors(debug):
+            settings = load_settings(
+                config, _overrides(set_, source, dataset, interactions, items, path)
+            )
+            _run_stage(stage, settings)
+
+    command.__doc__ = doc
+    app.command(name=stage)(command)
+
+
+_stage_command("ingest", "Read the configured source into data/raw/<dataset>/.")
+_stage_command(
+    "validate", "Great Expectations checks; writes data/validated/<dataset>/ only if they pass."
+)
+_stage_command("split", "Write train/valid/test samples to data/processed/<dataset>/.")
+
+
+@app.command()
+def pipeline(
+    until: Annotated[str, typer.Option(help=f"Last stage to run: {', '.join(STAGES)}.")] = STAGES[
+        -1
+    ],
+    config: ConfigOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+    source: SourceOpt = None,
+    dataset: DatasetOpt = None,
+    interactions: InterOpt = None,
+    items: ItemsOpt = None,
+    path: PathOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Run the stages in order as Prefect flows (cached: unchanged inputs are not recomputed)."""
+    with _errors(debug):
+        if until not in STAGES:
+            raise SidrecError(f"--until must be one of {', '.join(STAGES)}, got {until!r}")
+        overrides = _overrides(set_, source, dataset, interactions, items, path)
+        load_settings(config, overrides)  # fail fast on bad config, before starting Prefect
+        _quiet_expected_errors(debug)
+        from flows.retrain import retrain
+
+        results = retrain(config_path=str(config), overrides=overrides, until=until)  # type: ignore[arg-type]
+        _summary(results)
+
+
+class _DropUserErrors(logging.Filter):
+    """Prefect logs a failing task's exception with its traceback; for errors we report
+    ourselves (bad input/config) the console shows only our message. The API keeps the full log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, SidrecError)
+
+
+def _quiet_expected_errors(debug: bool) -> None:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if debug:
+        return
+    from prefect.logging.configuration import setup_logging
+    from prefect.logging.handlers import APILogHandler
+
+    setup_logging()
+    for logger in (logging.getLogger(), logging.getLogger("prefect")):
+        for handler in logger.handlers:
+            if not isinstance(handler, APILogHandler):
+                handler.addFilter(_DropUserErrors())
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    app(prog_name="sidrec")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

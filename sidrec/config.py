@@ -1,0 +1,241 @@
+"""The one configuration: ``params.yaml`` → one strict, frozen settings model.
+
+Every section belongs to one stage (``project`` holds what all stages share). DVC reads
+the same file for its per-key ``params``; Prefect flows and the CLI load it through
+:func:`load_settings`, which applies ``--set section.key=value`` overrides first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sidrec.errors import ConfigError
+from sidrec.paths import DatasetPaths
+
+DEFAULT_PARAMS = Path("params.yaml")
+SOURCES = ("movielens-100k", "csv", "amazon", "minionerec")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProjectConfig(_Section):
+    """Shared by every stage."""
+
+    dataset: str = Field("ml-100k", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Dataset name: outputs go to ``<data_dir>/{raw,validated,processed,sids}/<dataset>/``."""
+    data_dir: Path = Path("data")
+    """Root of the DVC-tracked data tree."""
+    metrics_dir: Path = Path("metrics")
+    """Stage metrics (``<stage>.json``), read by DVC, MLflow and Prefect artifacts."""
+    runs_dir: Path = Path("runs")
+    """Each CLI run saves its resolved configuration under ``<runs_dir>/<time>-<command>/``."""
+    seed: int = 42
+
+
+class AmazonConfig(_Section):
+    """Amazon reviews 2018 / 2023 JSON lines, with MiniOneRec's preprocessing options."""
+
+    reviews: Path | None = None
+    """Reviews file (``*.json``/``*.jsonl``, optionally ``.gz``)."""
+    meta: Path | None = None
+    """Item metadata file (``meta_*.json``/``.jsonl``, optionally ``.gz``)."""
+    k_core: int = Field(5, ge=1)
+    """Iterated k-core: repeat dropping users and items with fewer than k interactions."""
+    max_title_words: int = Field(20, ge=1)
+    """Drop items whose (HTML-unescaped) title is empty or longer than this many words."""
+    start: dt.date | None = None
+    """Keep reviews on or after this date (UTC); null keeps everything."""
+    end: dt.date | None = None
+    """Keep reviews before this date (UTC, exclusive); null keeps everything."""
+
+    @model_validator(mode="after")
+    def _window(self) -> AmazonConfig:
+        if self.start and self.end and self.start >= self.end:
+            raise ValueError(f"amazon.start ({self.start}) must be before amazon.end ({self.end})")
+        return self
+
+
+class IngestConfig(_Section):
+    """Stage 1: read a source and normalize it to ``interactions.parquet`` + ``items.parquet``."""
+
+    source: Literal["movielens-100k", "csv", "amazon", "minionerec"] = "movielens-100k"
+    interactions: Path | None = None
+    """``csv`` source: interactions file (user_id, item_id, timestamp[, rating]), CSV or Parquet."""
+    items: Path | None = None
+    """``csv`` source: items file (item_id, title[, description, brand, categories])."""
+    path: Path | None = None
+    """``minionerec`` source: the MiniOneRec data folder."""
+    min_rating: float | None = None
+    """Keep interactions with rating >= this; null keeps every interaction (implicit feedback)."""
+    amazon: AmazonConfig = AmazonConfig()
+
+    @model_validator(mode="after")
+    def _source_inputs(self) -> IngestConfig:
+        needed = {
+            "csv": ("interactions", "items"),
+            "minionerec": ("path",),
+        }.get(self.source, ())
+        missing = [f"ingest.{name}" for name in needed if getattr(self, name) is None]
+        if self.source == "amazon":
+            missing += [
+                f"ingest.amazon.{n}" for n in ("reviews", "meta") if getattr(self.amazon, n) is None
+            ]
+        if missing:
+            raise ValueError(f"source '{self.source}' needs {', '.join(missing)}")
+        return self
+
+
+class ValidateConfig(_Section):
+    """Stage 2: Great Expectations checks, then the minimum-activity user filter."""
+
+    min_user_interactions: int = Field(5, ge=1)
+    """Users with fewer interactions are dropped (and counted); nothing left fails the run."""
+    min_date: dt.date = dt.date(1990, 1, 1)
+    """Timestamps before this date (UTC) are rejected as implausible."""
+    max_future_days: int = Field(1, ge=0)
+    """Timestamps later than now + this many days are rejected."""
+    max_interactions: int = Field(500_000_000, ge=1)
+    max_items: int = Field(50_000_000, ge=1)
+    sample_size: int = Field(5, ge=1, le=100)
+    """How many offending values/rows a failure report shows."""
+
+
+class SplitConfig(_Section):
+    """Stage 3: (user, history, target) rows for train / valid / test."""
+
+    method: Literal["leave_one_out", "sliding_window"] = "leave_one_out"
+    """leave_one_out: per user, last item = test, second-to-last = valid, the rest = train.
+    sliding_window: MiniOneRec's chronological split of all samples by target time."""
+    max_history: int = Field(20, ge=1)
+    """History is capped to the most recent ``max_history`` items."""
+    ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    """sliding_window: train/valid/test fractions of all samples, in time order."""
+
+    @field_validator("ratios")
+    @classmethod
+    def _ratios(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(r <= 0 for r in value) or abs(sum(value) - 1.0) > 1e-6:
+            raise ValueError(
+                f"ratios must be three positive numbers summing to 1, got {list(value)}"
+            )
+        return value
+
+
+class Settings(_Section):
+    """The whole of ``params.yaml``."""
+
+    project: ProjectConfig = ProjectConfig()
+    ingest: IngestConfig = IngestConfig()
+    validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
+    split: SplitConfig = SplitConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _cross_section(self) -> Settings:
+        if self.split.method == "leave_one_out" and self.validate_.min_user_interactions < 3:
+            raise ValueError(
+                "split.method leave_one_out needs validate.min_user_interactions >= 3 "
+                "(one item each for train, valid and test)"
+            )
+        return self
+
+    @property
+    def paths(self) -> DatasetPaths:
+        return DatasetPaths(
+            data_dir=self.project.data_dir,
+            metrics_dir=self.project.metrics_dir,
+            dataset=self.project.dataset,
+        )
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def section(self, dotted: str) -> Any:
+        """The value at ``section.key`` (as in ``params.yaml``), JSON-ready."""
+        value: Any = self.to_yaml_dict()
+        for part in dotted.split("."):
+            value = value[part]
+        return value
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"split.max_history=10"`` → (["split", "max_history"], 10); the value is YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", key.strip()):
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc})") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """A deep copy of ``raw`` with each ``section.key=value`` override set."""
+    data: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw))) or {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for key in keys[:-1]:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {'.'.join(keys)}: '{key}' is not a section")
+            node = child
+        node[keys[-1]] = value
+    return data
+
+
+def load_settings(path: Path | str = DEFAULT_PARAMS, overrides: Iterable[str] = ()) -> Settings:
+    """Read ``params.yaml``, apply overrides, validate. Raises :class:`ConfigError`."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(
+            f"{path}: configuration file not found (run from the project root or pass --config)"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
+    return settings_from_dict(apply_overrides(raw, overrides), origin=str(path))
+
+
+def settings_from_dict(data: Mapping[str, Any], origin: str = "params") -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, origin)) from None
+
+
+def format_validation_error(exc: ValidationError, origin: str) -> str:
+    lines = [f"{origin}: {exc.error_count()} invalid setting(s):"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling against params.yaml)"
+        elif (
+            "input" in err
+            and err["type"] not in ("missing",)
+            and not isinstance(err["input"], dict)
+        ):
+            msg += f" (got {err['input']!r})"
+        lines.append(f"  - {where}: {msg}")
+    return "\n".join(lines)
+
+
+def dump_settings(settings: Settings, path: Path) -> None:
+    from sidrec.io import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(settings.to_yaml_dict(), sort_keys=False))

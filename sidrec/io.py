@@ -1,0 +1,148 @@
+"""Atomic file output and schema-checked tables.
+
+Every stage writes through :class:`AtomicOutputs`: files go to temporary names beside their
+targets and are renamed into place only when the whole stage has succeeded, so a failed
+run never leaves a half-written artifact or replaces a good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sidrec.errors import InputError
+
+
+@contextmanager
+def atomic_path(target: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; rename it over ``target`` on success."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+class AtomicOutputs:
+    """Stage several files, then publish them together.
+
+    >>> with AtomicOutputs() as out:
+    ...     out.parquet(df, path_a)
+    ...     out.json(metrics, path_b)
+    Nothing is visible at ``path_a``/``path_b`` until the block exits without an error.
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []
+
+    def __enter__(self) -> AtomicOutputs:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None:
+                for tmp, target in self._staged:
+                    os.replace(tmp, target)
+        finally:
+            for tmp, _ in self._staged:
+                tmp.unlink(missing_ok=True)
+
+    def stage(self, target: Path, write: Callable[[Path], None]) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        self._staged.append((Path(tmp), target))
+        write(Path(tmp))
+
+    def parquet(self, df: pd.DataFrame, target: Path, schema: pa.Schema | None = None) -> None:
+        table = (
+            to_arrow(df, schema, target)
+            if schema is not None
+            else pa.Table.from_pandas(df, preserve_index=False)
+        )
+        self.stage(target, lambda tmp: pq.write_table(table, tmp))
+
+    def json(self, obj: Any, target: Path) -> None:
+        self.stage(target, lambda tmp: tmp.write_text(dumps(obj)))
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_text(text)
+
+
+def atomic_write_json(target: Path, obj: Any) -> None:
+    atomic_write_text(target, dumps(obj))
+
+
+def to_arrow(df: pd.DataFrame, schema: pa.Schema, path: Path | str) -> pa.Table:
+    """``df`` as an Arrow table: ``schema``'s columns first, cast to their declared types,
+    then any extra columns. Internal invariant: stages build conforming frames."""
+    missing = [f.name for f in schema if f.name not in df.columns]
+    assert not missing, f"{path}: stage produced no column(s) {missing}"
+    extra = [c for c in df.columns if c not in schema.names]
+    table = pa.Table.from_pandas(df[[*schema.names, *extra]], preserve_index=False)
+    fields = [
+        schema.field(n) if n in schema.names else table.schema.field(n) for n in table.column_names
+    ]
+    return table.cast(pa.schema(fields))
+
+
+def read_table(path: Path, schema: pa.Schema, what: str) -> pd.DataFrame:
+    """Read a stage output and check it against its declared schema."""
+    if not path.exists():
+        raise InputError(f"{what} not found; run the stage that writes it first", path=path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{what} is not a readable Parquet file ({exc})", path=path) from None
+    for field in schema:
+        if field.name not in table.column_names:
+            raise InputError(f"{what} has no column '{field.name}'", path=path, column=field.name)
+        actual = table.schema.field(field.name).type
+        if not _compatible(actual, field.type):
+            raise InputError(
+                f"{what} column has type {actual}, expected {field.type}",
+                path=path,
+                column=field.name,
+            )
+    return table.to_pandas()
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if actual == expected:
+        return True
+    strings = (pa.string(), pa.large_string(), pa.string_view())
+    if expected in strings:
+        return actual in strings
+    if pa.types.is_list(expected) or pa.types.is_large_list(expected):
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _compatible(
+            actual.value_type, expected.value_type
+        )
+    return False
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

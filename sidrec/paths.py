@@ -1,0 +1,40 @@
+"""Where each stage's files live. The one place paths are spelled out in code;
+``dvc.yaml`` builds the same paths from ``params.yaml`` (a test checks they agree)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class DatasetPaths:
+    data_dir: Path
+    metrics_dir: Path
+    dataset: str
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.data_dir / "raw" / self.dataset
+
+    @property
+    def validated_dir(self) -> Path:
+        return self.data_dir / "validated" / self.dataset
+
+    @property
+    def processed_dir(self) -> Path:
+        return self.data_dir / "processed" / self.dataset
+
+    def raw(self, table: str) -> Path:
+        return self.raw_dir / f"{table}.parquet"
+
+    def validated(self, table: str) -> Path:
+        return self.validated_dir / f"{table}.parquet"
+
+    def split(self, name: str) -> Path:
+        return self.processed_dir / f"{name}.parquet"
+
+    def metrics(self, stage: str) -> Path:
+        return self.metrics_dir / f"{stage}.json"

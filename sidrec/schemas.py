@@ -1,0 +1,27 @@
+"""Declared schemas of the files stages exchange (ARCHITECTURE.md, "Stages and their contracts")."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+INTERACTIONS = pa.schema(
+    [
+        pa.field("user_id", pa.string()),
+        pa.field("item_id", pa.string()),
+        pa.field("timestamp", pa.int64()),  # Unix seconds, UTC
+    ]
+)
+"""``interactions.parquet``; an optional float ``rating`` column may follow."""
+
+ITEMS = pa.schema([pa.field("item_id", pa.string()), pa.field("title", pa.string())])
+"""``items.parquet``; further text fields (description, brand, categories, ...) follow as strings."""
+
+SPLIT = pa.schema(
+    [
+        pa.field("user_id", pa.string()),
+        pa.field("history", pa.list_(pa.string())),  # oldest first, capped at split.max_history
+        pa.field("target", pa.string()),
+        pa.field("timestamp", pa.int64()),  # the target interaction's time
+    ]
+)
+"""``train/valid/test.parquet``: one row per (user, history, target)."""

@@ -1,0 +1,171 @@
+"""Helpers shared by the source readers: robust file reading, id and timestamp normalization."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sidrec.errors import InputError
+
+log = logging.getLogger(__name__)
+
+ITEM_TEXT_FIELDS = ("title", "description", "brand", "categories")
+MS_THRESHOLD = 1e11
+"""Numeric timestamps above this are milliseconds (1e11 s is the year 5138)."""
+
+
+@dataclass
+class SourceTables:
+    """What a source reader returns: normalized tables plus provenance."""
+
+    interactions: pd.DataFrame
+    """user_id (str), item_id (str), timestamp (Int64 Unix seconds)[, rating (float)]."""
+    items: pd.DataFrame
+    """item_id (str), title (str), further text fields (str)."""
+    files: dict[str, list[Path]]
+    """The files each table came from ("interactions", "items"), for provenance and messages."""
+    notes: dict[str, int] = field(default_factory=dict)
+    """Counts of rows dropped or repaired on the way (reported, never silent)."""
+
+
+def read_frame(path: Path, what: str) -> pd.DataFrame:
+    """Read CSV/TSV (every column as text) or Parquet, turning any failure into an InputError."""
+    if not path.exists():
+        raise InputError(f"{what} file does not exist", path=path)
+    if path.is_dir():
+        raise InputError(f"{what} path is a directory, expected a file", path=path)
+    if path.stat().st_size == 0:
+        raise InputError(f"{what} file is empty (0 bytes)", path=path)
+    if path.suffix.lower() in (".parquet", ".pq"):
+        try:
+            return pq.read_table(path).to_pandas()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"{what} file is not readable Parquet ({exc})", path=path) from None
+    head = path.open("rb").read(8192)
+    if b"\x00" in head:
+        raise InputError(
+            f"{what} file looks binary (NUL bytes), expected CSV text or Parquet", path=path
+        )
+    try:
+        text_head = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a multi-byte character cut at the 8 KiB boundary
+            raise InputError(
+                f"{what} file is not UTF-8 text (byte {exc.start})", path=path
+            ) from None
+        text_head = head[: exc.start].decode("utf-8")
+    sep = "\t" if path.suffix.lower() == ".tsv" else ","
+    try:
+        df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=True, encoding="utf-8")
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{what} file has no header line", path=path) from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{what} file is not valid CSV ({str(exc).strip()})", path=path) from None
+    df.columns = [str(c).strip() for c in df.columns]
+    df.attrs["delimiter_hint"] = _delimiter_hint(text_head, sep, list(df.columns))
+    return df
+
+
+def _delimiter_hint(text_head: str, sep: str, columns: list[str]) -> str:
+    if len(columns) > 1:
+        return ""
+    try:
+        found = (
+            csv.Sniffer()
+            .sniff(text_head.splitlines()[0] if text_head else "", delimiters=";\t|,")
+            .delimiter
+        )
+    except csv.Error:
+        return ""
+    return (
+        f" The header is a single column; the file seems delimited by {found!r}, expected {sep!r}."
+        if found != sep
+        else ""
+    )
+
+
+def require_columns(df: pd.DataFrame, columns: tuple[str, ...], path: Path, what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        hint = df.attrs.get("delimiter_hint", "")
+        raise InputError(
+            f"{what} file lacks required column(s) {missing}; found {list(df.columns)}.{hint}",
+            path=path,
+            column=missing[0],
+        )
+
+
+def normalize_ids(values: pd.Series) -> pd.Series:
+    """Ids as trimmed strings; blanks become missing (so validation reports them as null)."""
+    out = values.astype("string").str.strip()
+    out = out.mask(out == "")
+    # numeric ids read from Parquet as floats (1.0) become "1"
+    if pd.api.types.is_float_dtype(values.dtype):
+        as_int = pd.to_numeric(values, errors="coerce")
+        whole = as_int.notna() & (as_int == np.floor(as_int))
+        out = out.where(~whole, as_int.astype("Int64").astype("string"))
+    return out
+
+
+def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5) -> pd.Series:
+    """Unix seconds (Int64) from numbers (seconds or milliseconds) or date-time strings.
+    Missing values stay missing; values that cannot be parsed raise an InputError."""
+    text = values.astype("string").str.strip()
+    present = text.notna() & (text != "")
+    numeric = pd.to_numeric(text.where(present), errors="coerce")
+    seconds = numeric.where(numeric.abs() < MS_THRESHOLD, numeric / 1000.0)
+    needs_parse = present & numeric.isna()
+    if needs_parse.any():
+        parsed = pd.to_datetime(text.where(needs_parse), errors="coerce", utc=True, format="mixed")
+        epoch = pd.Timestamp("1970-01-01", tz="UTC")
+        parsed_s = (parsed - epoch) / pd.Timedelta(seconds=1)
+        seconds = seconds.where(~needs_parse, parsed_s)
+    bad = present & seconds.isna()
+    if bad.any():
+        rows = np.flatnonzero(bad.to_numpy())
+        raise InputError(
+            f"{int(bad.sum())} timestamp(s) cannot be parsed (expected Unix seconds/milliseconds or ISO 8601)",
+            path=path,
+            column=column,
+            rows=rows[:sample].tolist(),
+            values=text[bad].head(sample).tolist(),
+        )
+    return np.floor(seconds).astype("Int64")
+
+
+def finish(
+    interactions: pd.DataFrame,
+    items: pd.DataFrame,
+    files: dict[str, list[Path]],
+    min_rating: float | None,
+    notes: dict[str, int],
+) -> SourceTables:
+    """Common tail of every reader: column order, rating filter, exact duplicate catalog rows."""
+    if min_rating is not None:
+        if "rating" not in interactions.columns:
+            raise InputError(
+                f"ingest.min_rating is {min_rating} but the source has no rating column",
+                path=files["interactions"][0],
+            )
+        keep = interactions["rating"] >= min_rating
+        notes["interactions_below_min_rating"] = int((~keep).sum())
+        interactions = interactions[keep]
+    cols = ["user_id", "item_id", "timestamp"] + (
+        ["rating"] if "rating" in interactions.columns else []
+    )
+    interactions = interactions[cols].reset_index(drop=True)
+    item_cols = ["item_id", "title"] + [c for c in items.columns if c not in ("item_id", "title")]
+    items = items[item_cols]
+    before = len(items)
+    items = items.drop_duplicates().reset_index(drop=True)
+    notes["duplicate_item_rows_dropped"] = before - len(items)
+    for col in item_cols[1:]:
+        items[col] = items[col].astype("string")
+    return SourceTables(interactions=interactions, items=items, files=files, notes=notes)

@@ -1,0 +1,154 @@
+"""A MiniOneRec data folder: ``*.item.json`` (catalog), ``*.index.json`` (SID map),
+``info/*.txt`` (``SID<TAB>title<TAB>item_id``) and train/valid/test CSVs whose
+``history_item_id`` column holds a Python-list string.
+
+MiniOneRec's CSVs carry no timestamps. Interactions are rebuilt per user from the samples
+(the first sample's history, then each sample's target) in file order train → valid → test,
+which MiniOneRec writes chronologically; timestamps are synthesized as that global order,
+one second apart from 2000-01-01 UTC, so they sort correctly but are not real times.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sidrec.errors import InputError
+from sidrec.sources.common import SourceTables, finish, normalize_ids, read_frame, require_columns
+
+SPLIT_ORDER = ("train", "valid", "test")
+SYNTHETIC_EPOCH = 946_684_800  # 2000-01-01T00:00:00Z
+
+
+def find_files(folder: Path) -> dict[str, list[Path]]:
+    """The recognised files of a MiniOneRec folder, by kind."""
+    if not folder.is_dir():
+        raise InputError("MiniOneRec data folder does not exist", path=folder)
+    found: dict[str, list[Path]] = {
+        "item": [],
+        "index": [],
+        "info": [],
+        **{s: [] for s in SPLIT_ORDER},
+    }
+    for path in sorted(folder.rglob("*")):
+        name = path.name
+        if name.endswith(".item.json"):
+            found["item"].append(path)
+        elif name.endswith(".index.json"):
+            found["index"].append(path)
+        elif path.suffix == ".txt" and path.parent.name == "info":
+            found["info"].append(path)
+        elif path.suffix == ".csv":
+            split = _split_of(path)
+            if split:
+                found[split].append(path)
+    if not any(found[s] for s in SPLIT_ORDER):
+        raise InputError(
+            "no train/valid/test CSV found (expected <folder>/{train,valid,test}/*.csv or files named *train*.csv ...)",
+            path=folder,
+        )
+    if not found["item"] and not found["info"]:
+        raise InputError("no item catalog found (expected *.item.json or info/*.txt)", path=folder)
+    return found
+
+
+def _split_of(path: Path) -> str | None:
+    for split in SPLIT_ORDER:
+        if path.parent.name == split or split in path.stem.lower():
+            return split
+    return None
+
+
+def read_catalog(found: dict[str, list[Path]]) -> pd.DataFrame:
+    if found["item"]:
+        path = found["item"][0]
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"item file is not valid JSON ({exc})", path=path) from None
+        if not isinstance(data, dict):
+            raise InputError("item file must map item_id to an object with 'title'", path=path)
+        rows = [{"item_id": str(k), **_text_fields(v)} for k, v in data.items()]
+        return pd.DataFrame(rows)
+    path = found["info"][0]
+    rows = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        parts = line.split("\t")
+        if len(parts) != 3:
+            raise InputError(
+                f"line {lineno} has {len(parts)} tab-separated fields, expected SID, title, item_id",
+                path=path,
+            )
+        rows.append({"item_id": parts[2].strip(), "title": parts[1].strip()})
+    return pd.DataFrame(rows)
+
+
+def _text_fields(value: Any) -> dict[str, str]:
+    value = value if isinstance(value, dict) else {}
+    return {
+        f: str(value.get(f) or "").strip() for f in ("title", "description", "brand", "categories")
+    }
+
+
+def read_samples(path: Path) -> pd.DataFrame:
+    df = read_frame(path, "MiniOneRec split")
+    require_columns(df, ("user_id", "history_item_id", "item_id"), path, "MiniOneRec split")
+    histories = []
+    for row, text in enumerate(df["history_item_id"].fillna("[]")):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise InputError(
+                "history is not a Python list literal",
+                path=path,
+                column="history_item_id",
+                rows=[row],
+                values=[text],
+            ) from None
+        if not isinstance(value, list | tuple):
+            raise InputError(
+                "history is not a list",
+                path=path,
+                column="history_item_id",
+                rows=[row],
+                values=[text],
+            )
+        histories.append([str(v) for v in value])
+    return pd.DataFrame({"user_id": df["user_id"], "history": histories, "item_id": df["item_id"]})
+
+
+def rebuild_interactions(samples: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per user: the first sample's history and target, then every later sample's target."""
+    seen_users: set[str] = set()
+    rows: list[tuple[str, str, int]] = []
+    for frame in samples:
+        for user, history, target in frame.itertuples(index=False):
+            if user not in seen_users:
+                seen_users.add(user)
+                rows.extend((user, item, 0) for item in history)
+            rows.append((user, str(target), 0))
+    users, items, _ = zip(*rows, strict=True) if rows else ((), (), ())
+    return pd.DataFrame(
+        {
+            "user_id": normalize_ids(pd.Series(users, dtype="string")),
+            "item_id": normalize_ids(pd.Series(items, dtype="string")),
+            "timestamp": pd.array(
+                range(SYNTHETIC_EPOCH, SYNTHETIC_EPOCH + len(rows)), dtype="Int64"
+            ),
+        }
+    )
+
+
+def read_minionerec(folder: Path) -> SourceTables:
+    found = find_files(folder)
+    catalog = read_catalog(found)
+    catalog["item_id"] = normalize_ids(catalog["item_id"])
+    split_files = [p for s in SPLIT_ORDER for p in found[s]]
+    interactions = rebuild_interactions([read_samples(p) for p in split_files])
+    files = {"interactions": split_files, "items": (found["item"] or found["info"])[:1]}
+    notes = {f"{s}_files": len(found[s]) for s in SPLIT_ORDER}
+    return finish(interactions, catalog, files, None, notes)

@@ -1,0 +1,77 @@
+"""What every stage shares: its result type, the config keys it reads and the files it reads.
+
+The same tables drive Prefect's cache keys and are checked against ``dvc.yaml``'s
+``params``/``deps`` by the tests, so the two orchestrators agree on what a stage depends on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sidrec.config import Settings
+from sidrec.io import file_sha256
+
+Stage = Literal["ingest", "validate", "split"]
+STAGES: tuple[Stage, ...] = ("ingest", "validate", "split")
+
+STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
+    "ingest": ("project.dataset", "ingest"),
+    "validate": ("project.dataset", "validate"),
+    "split": ("project.dataset", "split"),
+}
+"""``params.yaml`` keys each stage reads (``dvc.yaml`` lists the same)."""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage function returns: its outputs (path → sha256) and its metrics."""
+
+    stage: Stage
+    outputs: dict[str, str]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_files(cls, stage: Stage, files: list[Path], metrics: dict[str, Any]) -> StageResult:
+        return cls(stage=stage, outputs={str(p): file_sha256(p) for p in files}, metrics=metrics)
+
+    def outputs_intact(self) -> bool:
+        """True when every output still exists with the content this run wrote."""
+        return all(Path(p).exists() and file_sha256(Path(p)) == h for p, h in self.outputs.items())
+
+
+def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
+    """The data files a stage reads (code and params are tracked separately)."""
+    paths = settings.paths
+    if stage == "ingest":
+        from sidrec.sources import source_files
+
+        return source_files(settings.ingest)
+    if stage == "validate":
+        return [paths.raw("interactions"), paths.raw("items")]
+    return [paths.validated("interactions"), paths.validated("items")]
+
+
+def stage_fingerprint(stage: Stage, settings: Settings) -> str:
+    """Hash of what decides a stage's outputs: its params, its input files and the code."""
+    digest = hashlib.sha256(stage.encode())
+    for key in (*STAGE_PARAMS[stage], "project"):
+        digest.update(f"{key}={settings.section(key)!r}".encode())
+    for path in stage_inputs(stage, settings):
+        digest.update(str(path).encode())
+        digest.update(file_sha256(path).encode() if path.exists() else b"<missing>")
+    digest.update(code_fingerprint().encode())
+    return digest.hexdigest()
+
+
+def code_fingerprint() -> str:
+    """Hash of the project's Python sources (any code change invalidates cached stages)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in ("sidrec", "tasks", "models"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

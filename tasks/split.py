@@ -1,0 +1,114 @@
+"""Stage 3 — split: ``data/processed/<ds>/{train,valid,test}.parquet``, one row per
+(user, history, target).
+
+Order within a user: by timestamp, ties broken by item_id (string order). The rule depends
+only on the set of interactions, never on file order, so re-ingesting a shuffled file gives
+the same split.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import task
+
+from sidrec.config import Settings, SplitConfig
+from sidrec.io import AtomicOutputs, read_table
+from sidrec.orchestration import StageCache, publish_table
+from sidrec.paths import SPLITS
+from sidrec.schemas import INTERACTIONS, SPLIT
+from sidrec.stage import StageResult
+
+log = logging.getLogger(__name__)
+
+
+def user_sequences(inter: pd.DataFrame) -> pd.DataFrame:
+    """Interactions sorted by (user, timestamp, item_id) with each row's position in its user's sequence."""
+    ordered = inter.sort_values(["user_id", "timestamp", "item_id"], kind="stable").reset_index(
+        drop=True
+    )
+    ordered["pos"] = ordered.groupby("user_id", sort=False).cumcount()
+    ordered["length"] = ordered.groupby("user_id", sort=False)["pos"].transform("size")
+    return ordered
+
+
+def samples(seq: pd.DataFrame, max_history: int) -> pd.DataFrame:
+    """Every (user, history, target) with a non-empty history: targets at positions >= 1."""
+    items = seq["item_id"].to_numpy(dtype=object)
+    pos = seq["pos"].to_numpy()
+    starts = np.arange(len(seq)) - pos  # row index of each user's first item
+    rows = np.flatnonzero(pos >= 1)
+    history = [items[max(starts[r], r - max_history) : r].tolist() for r in rows]
+    return pd.DataFrame(
+        {
+            "user_id": seq["user_id"].to_numpy()[rows],
+            "history": history,
+            "target": items[rows],
+            "timestamp": seq["timestamp"].to_numpy()[rows].astype("int64"),
+            "pos": pos[rows],
+            "length": seq["length"].to_numpy()[rows],
+        }
+    )
+
+
+def leave_one_out(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFrame]:
+    """Per user: last item → test, second-to-last → valid, earlier targets → train."""
+    s = samples(user_sequences(inter), cfg.max_history)
+    from_end = s["length"] - 1 - s["pos"]
+    parts = {"train": s[from_end >= 2], "valid": s[from_end == 1], "test": s[from_end == 0]}
+    return {name: _finish(df) for name, df in parts.items()}
+
+
+def sliding_window(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFrame]:
+    """MiniOneRec: all samples in target-time order (ties: user_id, position), cut 8:1:1."""
+    s = samples(user_sequences(inter), cfg.max_history)
+    s = s.sort_values(["timestamp", "user_id", "pos"], kind="stable").reset_index(drop=True)
+    n = len(s)
+    a = int(round(n * cfg.ratios[0]))
+    b = int(round(n * (cfg.ratios[0] + cfg.ratios[1])))
+    return {
+        "train": _finish(s.iloc[:a]),
+        "valid": _finish(s.iloc[a:b]),
+        "test": _finish(s.iloc[b:]),
+    }
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    return df[list(SPLIT.names)].reset_index(drop=True)
+
+
+def split(settings: Settings) -> StageResult:
+    paths = settings.paths
+    inter = read_table(paths.validated("interactions"), INTERACTIONS, "validated interactions")
+    method = leave_one_out if settings.split.method == "leave_one_out" else sliding_window
+    parts = method(inter, settings.split)
+    metrics: dict[str, Any] = {"dataset": settings.project.dataset, "method": settings.split.method}
+    for name, df in parts.items():
+        metrics[name] = {
+            "rows": len(df),
+            "users": int(df["user_id"].nunique()),
+            "mean_history": round(float(df["history"].str.len().mean()), 3) if len(df) else 0.0,
+        }
+    outputs = [paths.split(name) for name in SPLITS] + [paths.metrics("split")]
+    with AtomicOutputs() as out:
+        for name in SPLITS:
+            out.parquet(parts[name], paths.split(name), SPLIT)
+        out.json(metrics, outputs[-1])
+    log.info("split %s: %s", settings.split.method, {n: metrics[n]["rows"] for n in SPLITS})
+    return StageResult.from_files("split", outputs, metrics)
+
+
+@task(name="split", cache_policy=StageCache(stage="split"), persist_result=True)
+def split_task(settings: Settings) -> StageResult:
+    result = split(settings)
+    m = result.metrics
+    publish_table(
+        "split-stats",
+        m["dataset"],
+        [{"split": n, **m[n]} for n in SPLITS],
+        description=f"{m['method']} split of {m['dataset']}",
+    )
+    return result

@@ -1,0 +1,296 @@
+"""Stage 2 — validate: Great Expectations suites over the raw tables, then the minimum-activity
+user filter. Writes ``data/validated/<ds>/`` only when everything passes; on failure writes the
+report (``metrics/validation.json``) and raises, so nothing downstream is written or replaced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prefect import task
+
+from sidrec.config import Settings, ValidateConfig
+from sidrec.errors import InputError, ValidationFailed
+from sidrec.io import AtomicOutputs, atomic_write_json
+from sidrec.orchestration import StageCache, publish_markdown, publish_table
+from sidrec.schemas import INTERACTIONS, ITEMS
+from sidrec.stage import StageResult
+
+log = logging.getLogger(__name__)
+
+STRING_TYPES = ["StringDtype", "object"]
+INT_TYPES = ["Int64Dtype", "int64"]
+_READ_TYPES = {
+    pa.int64(): pd.Int64Dtype(),
+    pa.string(): pd.StringDtype(),
+    pa.large_string(): pd.StringDtype(),
+}
+
+
+def read_raw(path: Path) -> pd.DataFrame:
+    """A raw table with nullable dtypes, as Great Expectations should see it."""
+    if not path.exists():
+        raise InputError("raw table not found; run `sidrec ingest` first", path=path)
+    try:
+        return pq.read_table(path).to_pandas(types_mapper=_READ_TYPES.get)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"raw table is not readable Parquet ({exc})", path=path) from None
+
+
+def expectations(table: str, cfg: ValidateConfig, catalog_ids: list[str]) -> list[Any]:
+    """The expectation suite for ``interactions`` or ``items``."""
+    import great_expectations as gx
+
+    E = gx.expectations
+    if table == "interactions":
+        now = dt.datetime.now(dt.UTC)
+        lo = int(dt.datetime.combine(cfg.min_date, dt.time(), tzinfo=dt.UTC).timestamp())
+        hi = int((now + dt.timedelta(days=cfg.max_future_days)).timestamp())
+        return [
+            E.ExpectTableRowCountToBeBetween(min_value=1, max_value=cfg.max_interactions),
+            *[E.ExpectColumnToExist(column=c) for c in INTERACTIONS.names],
+            E.ExpectColumnValuesToBeInTypeList(column="user_id", type_list=STRING_TYPES),
+            E.ExpectColumnValuesToBeInTypeList(column="item_id", type_list=STRING_TYPES),
+            E.ExpectColumnValuesToBeInTypeList(column="timestamp", type_list=INT_TYPES),
+            *[E.ExpectColumnValuesToNotBeNull(column=c) for c in INTERACTIONS.names],
+            E.ExpectCompoundColumnsToBeUnique(column_list=list(INTERACTIONS.names)),
+            E.ExpectColumnValuesToBeBetween(column="timestamp", min_value=lo, max_value=hi),
+            E.ExpectColumnValuesToBeInSet(column="item_id", value_set=catalog_ids),
+        ]
+    return [
+        E.ExpectTableRowCountToBeBetween(min_value=1, max_value=cfg.max_items),
+        *[E.ExpectColumnToExist(column=c) for c in ITEMS.names],
+        E.ExpectColumnValuesToBeInTypeList(column="item_id", type_list=STRING_TYPES),
+        E.ExpectColumnValuesToBeInTypeList(column="title", type_list=STRING_TYPES),
+        *[E.ExpectColumnValuesToNotBeNull(column=c) for c in ITEMS.names],
+        E.ExpectColumnValuesToBeUnique(column="item_id"),
+        E.ExpectColumnValuesToNotMatchRegex(column="title", regex=r"^\s*$"),
+    ]
+
+
+def run_expectations(
+    frames: dict[str, pd.DataFrame], cfg: ValidateConfig
+) -> tuple[int, list[dict[str, Any]]]:
+    """Validate each table with an ephemeral GX context; returns (checks run, failures)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its INFO is noise here
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_pandas("sidrec")
+    items = frames["items"]
+    catalog_ids = (
+        items["item_id"].dropna().astype(str).unique().tolist() if "item_id" in items else []
+    )
+    checked, failures = 0, []
+    for table in ("items", "interactions"):
+        df = frames[table]
+        batch_def = source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("all")
+        suite = gx.ExpectationSuite(
+            name=f"sidrec-{table}", expectations=expectations(table, cfg, catalog_ids)
+        )
+        batch = batch_def.get_batch(batch_parameters={"dataframe": df})
+        result = batch.validate(
+            suite,
+            result_format={
+                "result_format": "COMPLETE",
+                "partial_unexpected_count": cfg.sample_size,
+            },
+        )
+        checked += len(result.results)
+        absent = {c for c in _expected_columns(table) if c not in df.columns}
+        for res in result.results:
+            if res.success:
+                continue
+            failure = _failure(table, res, cfg.sample_size)
+            # a missing column is reported once, by its ExpectColumnToExist
+            if failure["column"] in absent and failure["expectation"] != "expect_column_to_exist":
+                continue
+            failures.append(failure)
+    return checked, failures
+
+
+def _expected_columns(table: str) -> list[str]:
+    return list((INTERACTIONS if table == "interactions" else ITEMS).names)
+
+
+def _failure(table: str, res: Any, sample: int) -> dict[str, Any]:
+    kwargs = res.expectation_config.kwargs
+    column = kwargs.get("column") or ",".join(kwargs.get("column_list") or []) or None
+    r = res.result or {}
+    out: dict[str, Any] = {
+        "table": table,
+        "expectation": res.expectation_config.type,
+        "column": column,
+    }
+    if "unexpected_count" in r:
+        out["unexpected_count"] = int(r["unexpected_count"])
+        out["rows_checked"] = int(r.get("element_count", 0))
+        out["sample_values"] = [
+            _plain(v) for v in (r.get("partial_unexpected_list") or [])[:sample]
+        ]
+        out["sample_rows"] = [
+            _plain(v) for v in (r.get("partial_unexpected_index_list") or [])[:sample]
+        ]
+    if "observed_value" in r:
+        out["observed"] = _plain(r["observed_value"])
+    for key in ("min_value", "max_value"):
+        if kwargs.get(key) is not None:
+            out[key] = kwargs[key]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and pd.isna(value)) or value is pd.NA:
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def filter_users(inter: pd.DataFrame, min_interactions: int) -> tuple[pd.DataFrame, int]:
+    """Drop users with fewer than ``min_interactions`` interactions; returns (kept, users dropped)."""
+    counts = inter["user_id"].value_counts()
+    keep = inter["user_id"].map(counts) >= min_interactions
+    return inter[keep].reset_index(drop=True), int((counts < min_interactions).sum())
+
+
+def summarize(dataset: str, files: dict[str, str], failures: list[dict[str, Any]]) -> str:
+    """One readable paragraph per failure: which table/column, which expectation, how many rows."""
+    lines = [f"Validation of dataset '{dataset}' failed ({len(failures)} check(s)):"]
+    for f in failures:
+        where = f"{files.get(f['table'], f['table'])}" + (
+            f", column '{f['column']}'" if f["column"] else ""
+        )
+        text = f"  - {where}: {f['expectation']}"
+        if "unexpected_count" in f:
+            text += f" — {f['unexpected_count']} of {f['rows_checked']} row(s) fail"
+            if f["sample_rows"]:
+                text += f"; rows {f['sample_rows']}"
+            if f["sample_values"]:
+                text += f"; sample values {f['sample_values']}"
+        elif "observed" in f:
+            text += f" — observed {f['observed']!r}"
+        if "min_value" in f or "max_value" in f:
+            text += f" (allowed {f.get('min_value')}..{f.get('max_value')})"
+        if f.get("hint"):
+            text += f". {f['hint']}"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def _provenance(raw: Path, ingest_metrics: Path, table: str) -> str:
+    """``data/raw/<ds>/x.parquet (from <source file>)`` when ingest recorded its source."""
+    try:
+        sources = json.loads(ingest_metrics.read_text())["sources"][table]
+    except (OSError, ValueError, KeyError, TypeError):
+        return str(raw)
+    return f"{raw} (from {', '.join(sources)})"
+
+
+def validate(settings: Settings) -> StageResult:
+    cfg = settings.validate_
+    paths = settings.paths
+    frames = {t: read_raw(paths.raw(t)) for t in ("interactions", "items")}
+    files = {t: _provenance(paths.raw(t), paths.metrics("ingest"), t) for t in frames}
+    checked, failures = run_expectations(frames, cfg)
+    stats: dict[str, Any] = {}
+    if not failures:
+        inter, users_dropped = filter_users(frames["interactions"], cfg.min_user_interactions)
+        stats = {
+            "users": int(inter["user_id"].nunique()),
+            "items": len(frames["items"]),
+            "interactions": len(inter),
+            "users_below_min_interactions": users_dropped,
+            "interactions_dropped": len(frames["interactions"]) - len(inter),
+            "min_user_interactions": cfg.min_user_interactions,
+        }
+        if inter.empty:
+            failures.append(
+                {
+                    "table": "interactions",
+                    "expectation": "min_user_interactions",
+                    "column": "user_id",
+                    "unexpected_count": users_dropped,
+                    "rows_checked": len(frames["interactions"]),
+                    "sample_values": [],
+                    "sample_rows": [],
+                    "hint": f"no user has at least {cfg.min_user_interactions} interactions "
+                    "(validate.min_user_interactions), so nothing is left to train on",
+                }
+            )
+    report = {
+        "dataset": settings.project.dataset,
+        "success": not failures,
+        "expectations_checked": checked,
+        "failures": failures,
+        "files": files,
+        **stats,
+    }
+    metrics_path = paths.metrics("validation")
+    if failures:
+        atomic_write_json(metrics_path, report)
+        raise ValidationFailed(summarize(settings.project.dataset, files, failures), report)
+    outputs = [paths.validated("interactions"), paths.validated("items"), metrics_path]
+    with AtomicOutputs() as out:
+        out.parquet(inter, outputs[0], INTERACTIONS)
+        out.parquet(frames["items"], outputs[1], ITEMS)
+        out.json(report, outputs[2])
+    log.info(
+        "validation passed: %d checks; %d users dropped below %d interactions",
+        checked,
+        users_dropped,
+        cfg.min_user_interactions,
+    )
+    return StageResult.from_files("validate", outputs, report)
+
+
+def report_markdown(report: dict[str, Any], summary: str | None = None) -> str:
+    status = "passed" if report["success"] else "FAILED"
+    lines = [
+        f"# Validation of `{report['dataset']}`: {status}",
+        "",
+        f"{report['expectations_checked']} expectations checked.",
+        "",
+    ]
+    if summary:
+        lines += ["```", summary, "```"]
+    else:
+        lines += [
+            f"- {k}: {report[k]}"
+            for k in ("users", "items", "interactions", "users_below_min_interactions")
+        ]
+    return "\n".join(lines)
+
+
+@task(name="validate", cache_policy=StageCache(stage="validate"), persist_result=True)
+def validate_task(settings: Settings) -> StageResult:
+    dataset = settings.project.dataset
+    try:
+        result = validate(settings)
+    except ValidationFailed as exc:
+        publish_markdown(
+            "validation-report", dataset, report_markdown(exc.report, str(exc)), "Validation failed"
+        )
+        raise
+    publish_markdown(
+        "validation-report", dataset, report_markdown(result.metrics), "Validation passed"
+    )
+    m = result.metrics
+    publish_table(
+        "dataset-stats",
+        dataset,
+        [
+            {"stat": k, "value": m[k]}
+            for k in ("users", "items", "interactions", "users_below_min_interactions")
+        ],
+        description=f"{dataset} after validation and the minimum-activity filter",
+    )
+    return result
