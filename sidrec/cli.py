@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.table import Table
 
 from sidrec.config import SOURCES, Settings, load_settings
@@ -69,8 +69,11 @@ def _overrides(
 @contextmanager
 def _errors(debug: bool) -> Iterator[None]:
     """Short readable errors and a non-zero exit; the traceback only with --debug."""
+    # RichHandler writes to the console's current stderr (no stream bound at setup time)
     logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=console, show_path=False, show_time=False)],
     )
     try:
         yield
@@ -174,7 +177,7 @@ def pipeline(
         _quiet_expected_errors(debug)
         from flows.retrain import retrain
 
-        results = retrain(config_path=str(config), overrides=overrides, until=until)  # type: ignore[arg-type]
+        results = retrain(config_path=str(config), overrides=overrides, until=cast(Stage, until))
         _summary(results)
 
 
@@ -192,13 +195,14 @@ def _quiet_expected_errors(debug: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if debug:
         return
-    from prefect.logging.configuration import setup_logging
+    import prefect  # noqa: F401  (configures Prefect's logging on import)
     from prefect.logging.handlers import APILogHandler
 
-    setup_logging()
     for logger in (logging.getLogger(), logging.getLogger("prefect")):
         for handler in logger.handlers:
-            if not isinstance(handler, APILogHandler):
+            if not isinstance(handler, APILogHandler) and not any(
+                isinstance(f, _DropUserErrors) for f in handler.filters
+            ):
                 handler.addFilter(_DropUserErrors())
 
 
@@ -207,4 +211,4 @@ def main() -> None:  # pragma: no cover - console entry point alias
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

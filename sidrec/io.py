@@ -77,7 +77,12 @@ class AtomicOutputs:
         self.stage(target, lambda tmp: pq.write_table(table, tmp))
 
     def json(self, obj: Any, target: Path) -> None:
-        self.stage(target, lambda tmp: tmp.write_text(dumps(obj)))
+        text = dumps(obj)
+
+        def write(tmp: Path) -> None:
+            tmp.write_text(text)
+
+        self.stage(target, write)
 
 
 def dumps(obj: Any) -> str:

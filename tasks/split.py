@@ -67,8 +67,8 @@ def sliding_window(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFr
     s = samples(user_sequences(inter), cfg.max_history)
     s = s.sort_values(["timestamp", "user_id", "pos"], kind="stable").reset_index(drop=True)
     n = len(s)
-    a = int(round(n * cfg.ratios[0]))
-    b = int(round(n * (cfg.ratios[0] + cfg.ratios[1])))
+    a = round(n * cfg.ratios[0])
+    b = round(n * (cfg.ratios[0] + cfg.ratios[1]))
     return {
         "train": _finish(s.iloc[:a]),
         "valid": _finish(s.iloc[a:b]),

@@ -119,7 +119,7 @@ def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5
     Missing values stay missing; values that cannot be parsed raise an InputError."""
     text = values.astype("string").str.strip()
     present = text.notna() & (text != "")
-    numeric = pd.to_numeric(text.where(present), errors="coerce")
+    numeric = pd.to_numeric(text.where(present), errors="coerce").astype("float64")
     seconds = numeric.where(numeric.abs() < MS_THRESHOLD, numeric / 1000.0)
     needs_parse = present & numeric.isna()
     if needs_parse.any():
@@ -137,7 +137,7 @@ def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5
             rows=rows[:sample].tolist(),
             values=text[bad].head(sample).tolist(),
         )
-    return np.floor(seconds).astype("Int64")
+    return np.floor(seconds.astype("float64")).astype("Int64")
 
 
 def finish(

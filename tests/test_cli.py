@@ -1,0 +1,174 @@
+"""The issue's must-show: `sidrec pipeline --until validate --source csv ...` accepts a valid
+dataset and rejects each kind of bad input with exit code != 0, a message naming the
+file/column, no traceback, and nothing new under data/validated or data/processed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sidrec.cli import app
+from tests.conftest import write_csv_dataset
+
+runner = CliRunner()
+HEADER = "user_id,item_id,timestamp\n"
+GOOD_ITEMS = "item_id,title\na,Alpha\nb,Beta\nc,Gamma\nd,Delta\n"
+
+BAD_INPUTS = {
+    "missing column": (
+        HEADER.replace(",timestamp", "") + "1,a\n",
+        None,
+        ["interactions.csv", "timestamp"],
+    ),
+    "null user ids": (
+        HEADER + "1,a,1600000000\n,b,1600000001\n1,c,1600000002\n",
+        None,
+        ["interactions.csv", "'user_id'", "rows [1]"],
+    ),
+    "unknown items": (
+        HEADER + "1,a,1600000000\n1,zz,1600000001\n1,c,1600000002\n",
+        None,
+        ["interactions.csv", "'item_id'", "zz"],
+    ),
+    "duplicate item ids": (
+        None,
+        "item_id,title\na,Alpha\na,Not alpha\nb,B\nc,C\nd,D\n",
+        ["items.csv", "'item_id'", "unique"],
+    ),
+    "unparseable timestamps": (
+        HEADER + "1,a,1600000000\n1,b,next tuesday\n",
+        None,
+        ["interactions.csv", "'timestamp'", "next tuesday"],
+    ),
+    "far-future timestamps": (
+        HEADER + "1,a,1600000000\n1,b,1600000001\n1,c,9999999999\n",
+        None,
+        ["interactions.csv", "'timestamp'", "9999999999"],
+    ),
+    "all titles empty": (None, "item_id,title\na,\nb, \nc,\nd,\n", ["items.csv", "'title'"]),
+    "header only": (HEADER, None, ["interactions.csv", "row_count", "observed 0"]),
+    "binary garbage": (b"\x00\x01\x02\xff" * 64, None, ["interactions.csv", "binary"]),
+    "single interaction per user": (
+        HEADER + "1,a,1600000000\n2,b,1600000001\n3,c,1600000002\n",
+        None,
+        ["min_user_interactions", "user_id"],
+    ),
+}
+
+
+def _invoke(project: Path, inter: Path, items: Path, until: str = "validate"):
+    args = [
+        "pipeline",
+        "--until",
+        until,
+        "--source",
+        "csv",
+        "--interactions",
+        str(inter),
+        "--items",
+        str(items),
+    ]
+    args += ["--dataset", "tiny", "--set", "validate.min_user_interactions=3"]
+    return runner.invoke(app, args)
+
+
+def _write(project: Path, interactions, items) -> tuple[Path, Path]:
+    inter, items_path = write_csv_dataset(
+        project / "src",
+        None if isinstance(interactions, bytes) else interactions,
+        items or GOOD_ITEMS,
+    )
+    if isinstance(interactions, bytes):
+        inter.write_bytes(interactions)
+    return inter, items_path
+
+
+def test_valid_csv_dataset_is_accepted(project, prefect_harness):
+    inter, items = write_csv_dataset(project / "src")
+    result = _invoke(project, inter, items, until="split")
+    assert result.exit_code == 0, result.output
+    assert "sidrec summary" in result.output
+    assert (project / "data" / "processed" / "tiny" / "test.parquet").exists()
+    assert list((project / "runs").glob("*-retrain/params.yaml"))
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_rejected_cleanly(project, prefect_harness, case):
+    interactions, items, expected = BAD_INPUTS[case]
+    inter, items_path = _write(project, interactions, items)
+    result = _invoke(project, inter, items_path)
+    assert result.exit_code == 1, result.output
+    assert "error:" in result.output and "Traceback" not in result.output
+    for text in expected:
+        assert text in result.output, f"{case}: {text!r} not in {result.output!r}"
+    assert not (project / "data" / "validated").exists()
+    assert not (project / "data" / "processed").exists()
+
+
+def test_nonexistent_path(project, prefect_harness):
+    _, items = write_csv_dataset(project / "src")
+    result = _invoke(project, project / "nope.csv", items)
+    assert result.exit_code == 1
+    assert "nope.csv" in result.output and "does not exist" in result.output
+    assert not (project / "data").exists()
+
+
+def test_bad_config_is_reported_before_anything_runs(project):
+    result = runner.invoke(app, ["pipeline", "--set", "split.method=random"])
+    assert result.exit_code == 1
+    assert "split.method" in result.output and "Traceback" not in result.output
+    result = runner.invoke(app, ["split", "--set", "ingest.typo=1"])
+    assert result.exit_code == 1 and "ingest.typo: unknown key" in result.output
+    result = runner.invoke(app, ["pipeline", "--until", "train"])
+    assert result.exit_code == 1 and "--until must be one of" in result.output
+
+
+def test_stage_commands_and_help(project):
+    inter, items = write_csv_dataset(project / "src")
+    flags = [
+        "--source",
+        "csv",
+        "--interactions",
+        str(inter),
+        "--items",
+        str(items),
+        "--dataset",
+        "t",
+        "-s",
+        "validate.min_user_interactions=3",
+    ]
+    for stage in ("ingest", "validate", "split"):
+        result = runner.invoke(app, [stage, *flags])
+        assert result.exit_code == 0, result.output
+    assert (project / "data" / "processed" / "t" / "train.parquet").exists()
+    assert len(list((project / "runs").glob("*/params.yaml"))) == 3
+    help_text = runner.invoke(app, ["--help"]).output
+    assert all(cmd in help_text for cmd in ("ingest", "validate", "split", "pipeline"))
+
+
+def test_real_process_prints_no_traceback(project, prefect_harness):
+    """Outside CliRunner, Prefect's own log handlers are live: they must not print a traceback."""
+    from prefect.settings import PREFECT_API_URL
+
+    inter, items = _write(project, HEADER + "1,a,1600000000\n,b,1600000001\n1,c,1600000002\n", None)
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    cmd = [sys.executable, "-m", "sidrec", "pipeline", "--until", "validate", "--source", "csv"]
+    cmd += [
+        "--interactions",
+        str(inter),
+        "--items",
+        str(items),
+        "--dataset",
+        "tiny",
+        "-s",
+        "validate.min_user_interactions=3",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "column 'user_id'" in proc.stderr

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sidrec.config import Settings, apply_overrides, load_settings, parse_override
+from sidrec.errors import ConfigError
+from tests.conftest import REPO
+
+
+def test_repo_params_yaml_is_valid_and_matches_defaults():
+    settings = load_settings(REPO / "params.yaml")
+    # params.yaml documents every key, with the model's defaults
+    assert settings == Settings()
+    assert settings.paths.raw("items") == Path("data/raw/ml-100k/items.parquet")
+
+
+def test_override_parses_yaml_values():
+    assert parse_override("split.max_history=10") == (["split", "max_history"], 10)
+    assert parse_override("ingest.min_rating=null") == (["ingest", "min_rating"], None)
+    assert parse_override("split.ratios=[0.7, 0.2, 0.1]") == (["split", "ratios"], [0.7, 0.2, 0.1])
+
+
+def test_overrides_change_only_their_key(project):
+    settings = load_settings("params.yaml", ["split.max_history=7", "ingest.amazon.k_core=10"])
+    assert settings.split.max_history == 7
+    assert settings.ingest.amazon.k_core == 10
+    assert settings.split.method == "leave_one_out"
+
+
+def test_apply_overrides_does_not_mutate_input():
+    raw = {"split": {"max_history": 20}}
+    apply_overrides(raw, ["split.max_history=5"])
+    assert raw == {"split": {"max_history": 20}}
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("split.max_histroy=5", "split.max_histroy: unknown key"),
+        ("nosuchsection.key=1", "nosuchsection: unknown key"),
+        ("split.max_history=0", "split.max_history: Input should be greater than or equal to 1"),
+        (
+            "split.method=random",
+            "split.method: Input should be 'leave_one_out' or 'sliding_window'",
+        ),
+        ("ingest.source=csv", "source 'csv' needs ingest.interactions, ingest.items"),
+        ("split.ratios=[0.5, 0.5, 0.5]", "ratios must be three positive numbers summing to 1"),
+        (
+            "validate.min_user_interactions=2",
+            "leave_one_out needs validate.min_user_interactions >= 3",
+        ),
+        ("project.dataset=../escape", "project.dataset: String should match pattern"),
+    ],
+)
+def test_bad_values_are_reported_with_their_key(project, override, expected):
+    with pytest.raises(ConfigError) as err:
+        load_settings("params.yaml", [override])
+    assert expected in str(err.value)
+
+
+def test_malformed_override_and_files(project, tmp_path):
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_settings("params.yaml", ["max_history"])
+    with pytest.raises(ConfigError, match="configuration file not found"):
+        load_settings(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("split: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(bad)
+
+
+def test_settings_are_frozen():
+    settings = Settings()
+    with pytest.raises(Exception, match="frozen"):
+        settings.split.max_history = 3  # type: ignore[misc]
+
+
+def test_resolved_config_round_trips(tmp_path):
+    from sidrec.config import dump_settings
+
+    settings = load_settings(REPO / "params.yaml", ["split.max_history=9"])
+    dump_settings(settings, tmp_path / "resolved.yaml")
+    again = load_settings(tmp_path / "resolved.yaml")
+    assert again == settings
+    assert (
+        yaml.safe_load((tmp_path / "resolved.yaml").read_text())["validate"][
+            "min_user_interactions"
+        ]
+        == 5
+    )

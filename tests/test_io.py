@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sidrec.errors import InputError
+from sidrec.io import AtomicOutputs, atomic_write_json, read_table
+from sidrec.schemas import INTERACTIONS
+
+
+def _frame() -> pd.DataFrame:
+    return pd.DataFrame({"user_id": ["u"], "item_id": ["i"], "timestamp": [1]})
+
+
+def test_atomic_outputs_publish_together(tmp_path):
+    a, b = tmp_path / "x" / "a.parquet", tmp_path / "b.json"
+    with AtomicOutputs() as out:
+        out.parquet(_frame(), a, INTERACTIONS)
+        out.json({"k": 1}, b)
+        assert not a.exists() and not b.exists()
+    assert read_table(a, INTERACTIONS, "t").to_dict("records") == [
+        {"user_id": "u", "item_id": "i", "timestamp": 1}
+    ]
+    assert b.read_text().strip().startswith("{")
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_failed_stage_keeps_previous_outputs_and_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "m.json"
+    atomic_write_json(target, {"old": True})
+    with pytest.raises(RuntimeError), AtomicOutputs() as out:
+        out.json({"new": True}, target)
+        raise RuntimeError("boom")
+    assert '"old"' in target.read_text()
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def test_read_table_checks_schema(tmp_path):
+    path = tmp_path / "t.parquet"
+    _frame().drop(columns="timestamp").to_parquet(path)
+    with pytest.raises(InputError, match="no column 'timestamp'"):
+        read_table(path, INTERACTIONS, "interactions")
+    pd.DataFrame({"user_id": ["u"], "item_id": ["i"], "timestamp": ["x"]}).to_parquet(path)
+    with pytest.raises(InputError, match="expected int64"):
+        read_table(path, INTERACTIONS, "interactions")
+    with pytest.raises(InputError, match="not found"):
+        read_table(tmp_path / "nope.parquet", INTERACTIONS, "interactions")
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(InputError, match="not a readable Parquet"):
+        read_table(tmp_path / "junk.parquet", INTERACTIONS, "interactions")

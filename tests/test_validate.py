@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sidrec.errors import ValidationFailed
+from tasks.ingest import ingest
+from tasks.validate import filter_users, validate
+from tests.conftest import csv_settings, write_csv_dataset
+
+
+def _ingest_and_validate(project, interactions=None, items=None, **extra):
+    inter, items_path = write_csv_dataset(project / "src", interactions, items)
+    settings = csv_settings(project, inter, items_path, **extra)
+    ingest(settings)
+    return settings, validate(settings)
+
+
+def _failure(project, interactions=None, items=None) -> tuple[ValidationFailed, dict]:
+    with pytest.raises(ValidationFailed) as err:
+        _ingest_and_validate(project, interactions, items)
+    report = json.loads((project / "metrics" / "validation.json").read_text())
+    assert report["success"] is False
+    assert not (project / "data" / "validated").exists()
+    return err.value, report
+
+
+def test_valid_dataset_passes_and_writes_validated_tables(project):
+    settings, result = _ingest_and_validate(project)
+    m = result.metrics
+    assert m["success"] and m["failures"] == []
+    assert (m["users"], m["items"], m["interactions"]) == (3, 4, 12)
+    assert m["expectations_checked"] >= 20
+    assert settings.paths.validated("interactions").exists()
+    assert result.outputs_intact()
+
+
+def test_null_ids_are_reported_with_rows(project):
+    err, report = _failure(
+        project, "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n1,c,1600000002\n"
+    )
+    (f,) = report["failures"]
+    assert (f["table"], f["column"], f["expectation"]) == (
+        "interactions",
+        "user_id",
+        "expect_column_values_to_not_be_null",
+    )
+    assert f["unexpected_count"] == 1 and f["sample_rows"] == [1]
+    assert "interactions.csv" in str(err) and "column 'user_id'" in str(err)
+
+
+def test_unknown_items_and_far_future_and_duplicates(project):
+    rows = "user_id,item_id,timestamp\n1,a,1600000000\n1,zz,1600000001\n1,b,4102444800\n1,a,1600000000\n"
+    err, report = _failure(project, rows)
+    by_exp = {f["expectation"]: f for f in report["failures"]}
+    assert by_exp["expect_column_values_to_be_in_set"]["sample_values"] == ["zz"]
+    assert by_exp["expect_column_values_to_be_between"]["sample_values"] == [4102444800]
+    assert by_exp["expect_compound_columns_to_be_unique"]["unexpected_count"] == 2
+    assert "4102444800" in str(err)
+
+
+def test_catalog_problems(project):
+    err, report = _failure(
+        project, items="item_id,title\na,Alpha\na,Other\nb, \nc,Gamma\nd,Delta\n"
+    )
+    by_exp = {f["expectation"]: f for f in report["failures"]}
+    assert by_exp["expect_column_values_to_be_unique"]["sample_values"] == ["a", "a"]
+    assert by_exp["expect_column_values_to_not_match_regex"]["column"] == "title"
+    assert "items.csv" in str(err)
+
+
+def test_empty_tables_fail(project):
+    err, report = _failure(project, "user_id,item_id,timestamp\n")
+    assert report["failures"][0]["expectation"] == "expect_table_row_count_to_be_between"
+    assert "observed 0" in str(err)
+
+
+def test_user_filter_counts_and_nothing_left_fails(project):
+    one_each = "user_id,item_id,timestamp\n1,a,1600000000\n2,b,1600000001\n3,c,1600000002\n"
+    err, report = _failure(project, one_each)
+    assert report["failures"][0]["expectation"] == "min_user_interactions"
+    assert "no user has at least 3 interactions" in str(err)
+
+
+def test_filter_users_counts_dropped():
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {
+            "user_id": ["a", "a", "a", "b"],
+            "item_id": ["x", "y", "z", "x"],
+            "timestamp": [1, 2, 3, 4],
+        }
+    )
+    kept, dropped = filter_users(df, 3)
+    assert kept["user_id"].unique().tolist() == ["a"] and dropped == 1
+
+
+def test_failure_does_not_replace_previous_validated_tables(project, files_under):
+    settings, _ = _ingest_and_validate(project)
+    before = files_under("data/validated")
+    inter, items = write_csv_dataset(
+        project / "src", "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n"
+    )
+    ingest(settings)
+    with pytest.raises(ValidationFailed):
+        validate(settings)
+    assert files_under("data/validated") == before
