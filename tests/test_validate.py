@@ -100,9 +100,7 @@ def test_filter_users_counts_dropped():
 def test_failure_does_not_replace_previous_validated_tables(project, files_under):
     settings, _ = _ingest_and_validate(project)
     before = files_under("data/validated")
-    inter, items = write_csv_dataset(
-        project / "src", "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n"
-    )
+    write_csv_dataset(project / "src", "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n")
     ingest(settings)
     with pytest.raises(ValidationFailed):
         validate(settings)
