@@ -71,10 +71,12 @@ def _errors(debug: bool) -> Iterator[None]:
     """Short readable errors and a non-zero exit; the traceback only with --debug."""
     # RichHandler writes to the console's current stderr (no stream bound at setup time)
     logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
+        level=logging.DEBUG if debug else logging.WARNING,
         format="%(name)s: %(message)s",
         handlers=[RichHandler(console=console, show_path=False, show_time=False)],
     )
+    for package in ("sidrec", "tasks", "flows", "models"):
+        logging.getLogger(package).setLevel(logging.DEBUG if debug else logging.INFO)
     try:
         yield
     except SidrecError as exc:

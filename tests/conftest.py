@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ MINIONEREC_SAMPLE = Path(os.environ.get("SIDREC_MINIONEREC_SAMPLE", FIXTURES / "
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect's home (ephemeral database, persisted task results) in a throw-away folder
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sidrec-prefect-")
 
 
 @pytest.fixture

@@ -1,0 +1,86 @@
+"""dvc.yaml agrees with the code, and `dvc repro` rebuilds then skips."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sidrec.config import load_settings
+from sidrec.stage import STAGE_PARAMS, STAGES
+from tests.conftest import REPO, write_csv_dataset
+
+DVC = Path(sys.executable).parent / "dvc"
+
+
+def _resolve(text: str, params: dict) -> str:
+    def value(match: re.Match) -> str:
+        node = params
+        for part in match.group(1).split("."):
+            node = node[part]
+        return str(node)
+
+    return re.sub(r"\$\{([\w.]+)\}", value, text)
+
+
+def test_dvc_stages_match_code_params_and_paths():
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    paths = load_settings(REPO / "params.yaml").paths
+    assert list(dvc) == list(STAGES)
+    for stage in STAGES:
+        assert tuple(dvc[stage]["params"]) == STAGE_PARAMS[stage]
+        assert dvc[stage]["cmd"] == f"sidrec {stage}"
+    outs = {stage: _resolve(dvc[stage]["outs"][0], params) for stage in STAGES}
+    assert outs == {
+        "ingest": str(paths.raw_dir),
+        "validate": str(paths.validated_dir),
+        "split": str(paths.processed_dir),
+    }
+    metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
+    assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, ("ingest", "validation", "split"), strict=True)}
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
+    work = tmp_path / "proj"
+    work.mkdir()
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, work / name)
+    for package in ("sidrec", "tasks"):
+        shutil.copytree(REPO / package, work / package, ignore=shutil.ignore_patterns("__pycache__"))
+    inter, items = write_csv_dataset(work / "src")
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["project"]["dataset"] = "tiny"
+    params["ingest"].update(source="csv", interactions="src/interactions.csv", items="src/items.csv")
+    params["validate"]["min_user_interactions"] = 3
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _run(["git", "init", "-q"], work)
+    _run([str(DVC), "init", "-q"], work)
+    _run([str(DVC), "config", "core.analytics", "false"], work)
+
+    first = _run([str(DVC), "repro"], work)
+    assert all(f"Running stage '{s}'" in first for s in STAGES)
+    assert (work / "data" / "processed" / "tiny" / "test.parquet").exists()
+    second = _run([str(DVC), "repro"], work)
+    assert "Data and pipelines are up to date." in second
+    assert "Running stage" not in second
+
+    params["split"]["max_history"] = 1
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    third = _run([str(DVC), "repro"], work)
+    assert "Running stage 'split'" in third
+    assert "Running stage 'ingest'" not in third and "Running stage 'validate'" not in third

@@ -1,0 +1,32 @@
+"""`sidrec pipeline` on the embedded default (MovieLens-100k from the RecBole wheel), as `make run` does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from sidrec.paths import SPLITS
+
+
+@pytest.mark.slow
+def test_pipeline_on_movielens_100k(project):
+    env = {**os.environ, "PREFECT_HOME": str(project / ".prefect")}
+    env.pop("PREFECT_API_URL", None)  # the ephemeral local API, as on a fresh machine
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidrec", "pipeline"], cwd=project, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ingest = json.loads((project / "metrics" / "ingest.json").read_text())
+    assert (ingest["users"], ingest["items"], ingest["interactions"]) == (943, 1682, 100_000)
+    validation = json.loads((project / "metrics" / "validation.json").read_text())
+    assert validation["success"] and validation["users_below_min_interactions"] == 0
+    split = json.loads((project / "metrics" / "split.json").read_text())
+    assert {s: split[s]["rows"] for s in SPLITS} == {"train": 97_171, "valid": 943, "test": 943}
+    assert "100,000" in proc.stdout and "1,682" in proc.stdout
+    (saved,) = list((project / "runs").glob("*-retrain/params.yaml"))
+    assert yaml.safe_load(saved.read_text())["project"]["dataset"] == "ml-100k"
