@@ -14,8 +14,9 @@ import yaml
 from sidrec.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures"
-MINIONEREC_SAMPLE = Path(os.environ.get("SIDREC_MINIONEREC_SAMPLE", FIXTURES / "minionerec-sample"))
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# real MiniOneRec files, trimmed (see its README.md for the origin)
+MINIONEREC_SAMPLE = FIXTURES / "minionerec-sample"
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

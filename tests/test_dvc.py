@@ -44,7 +44,10 @@ def test_dvc_stages_match_code_params_and_paths():
         "split": str(paths.processed_dir),
     }
     metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
-    assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, ("ingest", "validation", "split"), strict=True)}
+    assert metrics == {
+        s: str(paths.metrics(m))
+        for s, m in zip(STAGES, ("ingest", "validation", "split"), strict=True)
+    }
 
 
 def _run(cmd: list[str], cwd: Path) -> str:
@@ -61,11 +64,15 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(REPO / name, work / name)
     for package in ("sidrec", "tasks"):
-        shutil.copytree(REPO / package, work / package, ignore=shutil.ignore_patterns("__pycache__"))
-    inter, items = write_csv_dataset(work / "src")
+        shutil.copytree(
+            REPO / package, work / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    write_csv_dataset(work / "src")
     params = yaml.safe_load((work / "params.yaml").read_text())
     params["project"]["dataset"] = "tiny"
-    params["ingest"].update(source="csv", interactions="src/interactions.csv", items="src/items.csv")
+    params["ingest"].update(
+        source="csv", interactions="src/interactions.csv", items="src/items.csv"
+    )
     params["validate"]["min_user_interactions"] = 3
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     _run(["git", "init", "-q"], work)

@@ -18,7 +18,12 @@ def test_pipeline_on_movielens_100k(project):
     env = {**os.environ, "PREFECT_HOME": str(project / ".prefect")}
     env.pop("PREFECT_API_URL", None)  # the ephemeral local API, as on a fresh machine
     proc = subprocess.run(
-        [sys.executable, "-m", "sidrec", "pipeline"], cwd=project, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "sidrec", "pipeline"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ingest = json.loads((project / "metrics" / "ingest.json").read_text())

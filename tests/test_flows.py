@@ -6,11 +6,17 @@ from flows.data import prepare_data
 from tests.conftest import csv_settings, write_csv_dataset
 
 
-def test_rerun_skips_unchanged_stages_and_repairs_deleted_outputs(project, prefect_harness, files_under):
+def test_rerun_skips_unchanged_stages_and_repairs_deleted_outputs(
+    project, prefect_harness, files_under
+):
     inter, items = write_csv_dataset(project / "src")
     settings = csv_settings(project, inter, items, dataset="flowtest")
     first = prepare_data(settings)
-    assert {k: first["split"].metrics[k]["rows"] for k in ("train", "valid", "test")} == {"train": 3, "valid": 3, "test": 3}
+    assert {k: first["split"].metrics[k]["rows"] for k in ("train", "valid", "test")} == {
+        "train": 3,
+        "valid": 3,
+        "test": 3,
+    }
     before = files_under("data")
 
     again = prepare_data(settings)
@@ -46,3 +52,43 @@ def test_changed_source_data_reruns_everything(project, prefect_harness):
     result = prepare_data(settings)
     assert result["ingest"].metrics["users"] == 4
     assert result["split"].metrics["test"]["rows"] == 4
+
+
+def test_failed_validation_publishes_report_artifact_and_writes_nothing_downstream(
+    project, prefect_harness
+):
+    import pytest
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        TaskRunFilter,
+    )
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    from sidrec.errors import ValidationFailed
+
+    inter, items = write_csv_dataset(
+        project / "src", "user_id,item_id,timestamp\n1,a,1600000000\n1,zz,1600000001\n"
+    )
+    settings = csv_settings(project, inter, items, dataset="flow-bad")
+    with pytest.raises(ValidationFailed):
+        prepare_data(settings)
+    with get_client(sync_client=True) as client:
+        # every argument explicit: this prefect client sends None for omitted ones, which the server rejects
+        (artifact,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["validation-report-flow-bad"])
+            ),
+            flow_run_filter=FlowRunFilter(),
+            task_run_filter=TaskRunFilter(),
+            sort=ArtifactSort.UPDATED_DESC,
+            limit=1,
+            offset=0,
+        )
+    assert "FAILED" in artifact.data and "zz" in artifact.data
+    assert (
+        not (project / "data" / "validated").exists()
+        and not (project / "data" / "processed").exists()
+    )
