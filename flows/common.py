@@ -41,4 +41,13 @@ def _highlights(result: StageResult) -> dict[str, Any]:
     m = result.metrics
     if result.stage in ("ingest", "validate"):
         return {k: m.get(k) for k in ("users", "items", "interactions")}
-    return {k: m[k]["rows"] for k in ("train", "valid", "test") if k in m}
+    if result.stage == "split":
+        return {k: m[k]["rows"] for k in ("train", "valid", "test") if k in m}
+    if result.stage == "embed":
+        return {"items": m["items"], "dim": m["dim"], "encoded": m["encoded"]}
+    return {
+        "items": m["items"],
+        "levels": m["levels"],
+        "collisions before": m["collision_rate_before"],
+        "collisions after": m["collision_rate_after"],
+    }

@@ -8,14 +8,15 @@ from prefect import flow, get_run_logger
 from flows.common import save_run_config
 from flows.data import prepare_data
 from sidrec.config import load_settings
-from sidrec.stage import Stage, StageResult
+from flows.sids import build_sids
+from sidrec.stage import STAGES, Stage, StageResult
 
 
 @flow(name="retrain")
 def retrain(
     config_path: str = "params.yaml",
     overrides: list[str] | None = None,
-    until: Stage = "split",
+    until: Stage = "sids",
 ) -> dict[str, StageResult]:
     """Load ``params.yaml`` (+ ``section.key=value`` overrides), save the resolved config, run the stages."""
     settings = load_settings(config_path, overrides or [])
@@ -23,4 +24,7 @@ def retrain(
     get_run_logger().info(
         "dataset %s; resolved config saved to %s", settings.project.dataset, saved
     )
-    return prepare_data(settings, until=until)
+    results = prepare_data(settings, until=until if STAGES.index(until) < STAGES.index("split") else "split")
+    if STAGES.index(until) >= STAGES.index("embed"):
+        results |= build_sids(settings, until=until)
+    return results

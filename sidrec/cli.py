@@ -6,6 +6,7 @@ Stage subcommands call the stage functions directly (this is what ``dvc.yaml`` r
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Iterator
@@ -100,13 +101,8 @@ def _run_stage(stage: Stage, settings: Settings) -> None:
     from flows.common import save_run_config
 
     save_run_config(settings, stage)
-    if stage == "ingest":
-        from tasks.ingest import ingest as fn
-    elif stage == "validate":
-        from tasks.validate import validate as fn
-    else:
-        from tasks.split import split as fn
-    result = fn(settings)
+    module = importlib.import_module(f"tasks.{stage}")
+    result = getattr(module, stage)(settings)
     _summary({stage: result})
 
 
@@ -154,6 +150,27 @@ _stage_command(
     "validate", "Great Expectations checks; writes data/validated/<dataset>/ only if they pass."
 )
 _stage_command("split", "Write train/valid/test samples to data/processed/<dataset>/.")
+_stage_command("embed", "Encode item text into data/processed/<dataset>/item_emb.npy (cached by content).")
+_stage_command("sids", "Train the quantizer and write the collision-free SID map to data/sids/<dataset>/.")
+
+
+@app.command("export-index")
+def export_index(
+    out_path: Annotated[Path, typer.Argument(help="Where to write the MiniOneRec .index.json.")],
+    config: ConfigOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+    dataset: DatasetOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Write the dataset's SID map in MiniOneRec's .index.json format."""
+    with _errors(debug):
+        from models.sid import read_sid_map, to_minionerec_index
+        from sidrec.io import atomic_write_json
+
+        settings = load_settings(config, _overrides(set_, None, dataset, None, None, None))
+        sid_map = read_sid_map(settings.paths.sid_map)
+        atomic_write_json(out_path, to_minionerec_index(sid_map))
+        out.print(f"wrote {len(sid_map):,} SIDs to {out_path}")
 
 
 @app.command()

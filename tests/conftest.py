@@ -102,3 +102,38 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def write_validated_catalog(settings: Settings, n_items: int) -> list[str]:
+    """``data/validated/<ds>/items.parquet`` with ``n_items`` titled items (for embed/sids tests)."""
+    import pandas as pd
+
+    from sidrec.io import AtomicOutputs
+    from sidrec.schemas import ITEMS
+
+    topics = ["space", "love", "war", "crime", "music", "sport", "food", "travel"]
+    items = pd.DataFrame(
+        {
+            "item_id": [f"i{k}" for k in range(n_items)],
+            "title": [f"A film about {topics[k % len(topics)]} number {k}" for k in range(n_items)],
+            "genres": [topics[k % len(topics)] for k in range(n_items)],
+        }
+    )
+    with AtomicOutputs() as out:
+        out.parquet(items, settings.paths.validated("items"), ITEMS)
+    return items["item_id"].tolist()
+
+
+def write_embeddings(settings: Settings, emb, item_ids: list[str]) -> None:
+    """``item_emb.npy`` + manifest as the embed stage writes them, from a given matrix."""
+    import numpy as np
+
+    from sidrec.io import atomic_write_json
+    from tasks.embed import catalog_fingerprint
+
+    settings.paths.item_emb.parent.mkdir(parents=True, exist_ok=True)
+    np.save(settings.paths.item_emb, np.asarray(emb, dtype=np.float32))
+    atomic_write_json(
+        settings.paths.item_emb_manifest,
+        {"items": len(item_ids), "dim": int(np.shape(emb)[1]), "item_ids_sha256": catalog_fingerprint(item_ids)},
+    )

@@ -37,17 +37,18 @@ def test_dvc_stages_match_code_params_and_paths():
     for stage in STAGES:
         assert tuple(dvc[stage]["params"]) == STAGE_PARAMS[stage]
         assert dvc[stage]["cmd"] == f"sidrec {stage}"
-    outs = {stage: _resolve(dvc[stage]["outs"][0], params) for stage in STAGES}
+    outs = {stage: [_resolve(next(iter(o)) if isinstance(o, dict) else o, params) for o in dvc[stage]["outs"]] for stage in STAGES}
     assert outs == {
-        "ingest": str(paths.raw_dir),
-        "validate": str(paths.validated_dir),
-        "split": str(paths.processed_dir),
+        "ingest": [str(paths.raw_dir)],
+        "validate": [str(paths.validated_dir)],
+        "split": [str(paths.split(n)) for n in ("train", "valid", "test")],
+        "embed": [str(paths.item_emb), str(paths.item_emb_manifest)],
+        "sids": [str(paths.sids_dir)],
     }
+    assert paths.sid_map.parent == paths.sids_dir and paths.quantizer.parent == paths.sids_dir
     metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
-    assert metrics == {
-        s: str(paths.metrics(m))
-        for s, m in zip(STAGES, ("ingest", "validation", "split"), strict=True)
-    }
+    names = ("ingest", "validation", "split", "embed", "sids")
+    assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, names, strict=True)}
 
 
 def _run(cmd: list[str], cwd: Path) -> str:

