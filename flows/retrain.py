@@ -24,7 +24,9 @@ def retrain(
     get_run_logger().info(
         "dataset %s; resolved config saved to %s", settings.project.dataset, saved
     )
-    results = prepare_data(settings, until=until if STAGES.index(until) < STAGES.index("split") else "split")
+    results = prepare_data(
+        settings, until=until if STAGES.index(until) < STAGES.index("split") else "split"
+    )
     if STAGES.index(until) >= STAGES.index("embed"):
         results |= build_sids(settings, until=until)
     return results

@@ -150,8 +150,12 @@ _stage_command(
     "validate", "Great Expectations checks; writes data/validated/<dataset>/ only if they pass."
 )
 _stage_command("split", "Write train/valid/test samples to data/processed/<dataset>/.")
-_stage_command("embed", "Encode item text into data/processed/<dataset>/item_emb.npy (cached by content).")
-_stage_command("sids", "Train the quantizer and write the collision-free SID map to data/sids/<dataset>/.")
+_stage_command(
+    "embed", "Encode item text into data/processed/<dataset>/item_emb.npy (cached by content)."
+)
+_stage_command(
+    "sids", "Train the quantizer and write the collision-free SID map to data/sids/<dataset>/."
+)
 
 
 @app.command("export-index")

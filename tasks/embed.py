@@ -35,7 +35,9 @@ def render_texts(items: pd.DataFrame, template: str | None) -> list[str]:
     used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
     unknown = sorted(used - set(fields))
     if unknown:
-        raise ConfigError(f"embed.template uses field(s) {unknown} that the catalog lacks; available: {fields}")
+        raise ConfigError(
+            f"embed.template uses field(s) {unknown} that the catalog lacks; available: {fields}"
+        )
     return [template.format_map(r).strip() for r in records]
 
 
@@ -50,13 +52,17 @@ def encoder_location(name: str) -> str:
 def load_encoder(cfg: EmbedConfig) -> Any:
     location = encoder_location(cfg.encoder)
     if Path(location).exists():
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub when the files are here
+        os.environ.setdefault(
+            "HF_HUB_OFFLINE", "1"
+        )  # never reach for a hub when the files are here
     from sentence_transformers import SentenceTransformer
 
     try:
         return SentenceTransformer(location, device=cfg.device)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"embed.encoder {cfg.encoder!r} cannot be loaded from {location!r}: {exc}") from None
+        raise ConfigError(
+            f"embed.encoder {cfg.encoder!r} cannot be loaded from {location!r}: {exc}"
+        ) from None
 
 
 class EmbeddingCache:
@@ -78,7 +84,9 @@ class EmbeddingCache:
 
     def save(self) -> None:
         keys = np.array(list(self.vectors), dtype="U64")
-        vectors = np.stack(list(self.vectors.values())) if self.vectors else np.zeros((0, 0), np.float32)
+        vectors = (
+            np.stack(list(self.vectors.values())) if self.vectors else np.zeros((0, 0), np.float32)
+        )
         with atomic_path(self.path) as tmp, tmp.open("wb") as fh:
             np.savez(fh, keys=keys, vectors=vectors)
 
@@ -87,7 +95,9 @@ def encode_items(texts: list[str], cfg: EmbedConfig) -> tuple[np.ndarray, int]:
     """Embeddings for ``texts`` (L2-normalized float32); returns (matrix, number encoded now)."""
     cache = EmbeddingCache(cfg.cache_dir, cfg.encoder)
     keys = [cache.key(t) for t in texts]
-    missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in cache.vectors}.items())
+    missing = sorted(
+        {k: t for k, t in zip(keys, texts, strict=True) if k not in cache.vectors}.items()
+    )
     if missing:
         model = load_encoder(cfg)
         fresh = model.encode(
@@ -97,7 +107,9 @@ def encode_items(texts: list[str], cfg: EmbedConfig) -> tuple[np.ndarray, int]:
             convert_to_numpy=True,
             show_progress_bar=True,
         )
-        cache.vectors.update({k: v.astype(np.float32) for (k, _), v in zip(missing, fresh, strict=True)})
+        cache.vectors.update(
+            {k: v.astype(np.float32) for (k, _), v in zip(missing, fresh, strict=True)}
+        )
         cache.save()
     emb = np.stack([cache.vectors[k] for k in keys]).astype(np.float32)
     emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
@@ -140,7 +152,13 @@ def embed(settings: Settings) -> StageResult:
         out.stage(paths.item_emb, lambda tmp: _save_npy(tmp, emb))
         out.json(manifest, paths.item_emb_manifest)
         out.json(manifest, paths.metrics("embed"))
-    log.info("embedded %d items (%d encoded, %d from cache) in %.1fs", len(items), encoded, len(items) - encoded, seconds)
+    log.info(
+        "embedded %d items (%d encoded, %d from cache) in %.1fs",
+        len(items),
+        encoded,
+        len(items) - encoded,
+        seconds,
+    )
     return StageResult.from_files("embed", outputs, manifest)
 
 
@@ -156,7 +174,10 @@ def embed_task(settings: Settings) -> StageResult:
     publish_table(
         "embeddings",
         m["dataset"],
-        [{"stat": k, "value": m[k]} for k in ("encoder", "dim", "items", "encoded", "from_cache", "seconds")],
+        [
+            {"stat": k, "value": m[k]}
+            for k in ("encoder", "dim", "items", "encoded", "from_cache", "seconds")
+        ],
         description="Item text embeddings",
     )
     return result

@@ -27,6 +27,7 @@ from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
+from sidrec.tracking import log_stage
 from tasks.embed import catalog_fingerprint
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,19 @@ def load_embeddings(settings: Settings, items: pd.DataFrame) -> np.ndarray:
         emb = np.load(paths.item_emb, allow_pickle=False)
         manifest = json.loads(paths.item_emb_manifest.read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(f"embeddings or their manifest are unreadable ({exc})", path=paths.item_emb) from None
+        raise InputError(
+            f"embeddings or their manifest are unreadable ({exc})", path=paths.item_emb
+        ) from None
     if emb.ndim != 2 or len(emb) != len(items):
         raise InputError(
             f"embeddings have shape {emb.shape}, expected {len(items)} rows (one per catalog item); re-run `sidrec embed`",
             path=paths.item_emb,
         )
     if manifest.get("item_ids_sha256") != catalog_fingerprint(items["item_id"].tolist()):
-        raise InputError("embeddings were computed for another catalog order; re-run `sidrec embed`", path=paths.item_emb)
+        raise InputError(
+            "embeddings were computed for another catalog order; re-run `sidrec embed`",
+            path=paths.item_emb,
+        )
     bad = ~np.isfinite(emb).all(axis=1)
     if bad.any():
         raise InputError(
@@ -128,7 +134,9 @@ def level_usage(codes: np.ndarray, k: int) -> list[dict[str, float]]:
     return out
 
 
-def build(settings: Settings, items: pd.DataFrame, emb: np.ndarray) -> tuple[np.ndarray, Quantizer | None, dict[str, Any]]:
+def build(
+    settings: Settings, items: pd.DataFrame, emb: np.ndarray
+) -> tuple[np.ndarray, Quantizer | None, dict[str, Any]]:
     """Codes for every catalog item (rows aligned with ``items``), the quantizer, and facts for the report."""
     cfg = settings.sids
     paths = settings.paths
@@ -137,14 +145,24 @@ def build(settings: Settings, items: pd.DataFrame, emb: np.ndarray) -> tuple[np.
         imported = read_minionerec_index(cfg.import_index)
         missing = [i for i in ids if i not in imported]
         if missing:
-            raise InputError(f"{len(missing)} catalog item(s) have no SID in the index", path=cfg.import_index, values=missing[:5])
+            raise InputError(
+                f"{len(missing)} catalog item(s) have no SID in the index",
+                path=cfg.import_index,
+                values=missing[:5],
+            )
         raw = np.array([imported[i] for i in ids], dtype=np.int64)
         if collision_stats(raw).collision_rate > 0 and not cfg.resolve_imported_collisions:
             from models.sid import check_sid_map
 
-            check_sid_map({i: imported[i] for i in ids}, cfg.import_index)  # raises, naming the clashes
+            check_sid_map(
+                {i: imported[i] for i in ids}, cfg.import_index
+            )  # raises, naming the clashes
         k = max(cfg.codebook_size, int(raw.max()) + 1)
-        return raw, None, {"mode": "import", "raw": raw, "codebook_size": k, "fixed": None, "costs": None}
+        return (
+            raw,
+            None,
+            {"mode": "import", "raw": raw, "codebook_size": k, "fixed": None, "costs": None},
+        )
     if cfg.incremental:
         previous = read_sid_map(paths.sid_map)
         quantizer = load_quantizer(paths.quantizer)
@@ -154,13 +172,28 @@ def build(settings: Settings, items: pd.DataFrame, emb: np.ndarray) -> tuple[np.
         raw[:, : quantizer.levels] = quantizer.encode(emb)
         for row in np.flatnonzero(known):
             raw[row] = previous[ids[row]]
-        if width > quantizer.levels:  # the map has a disambiguation level: new items take free indices
+        if (
+            width > quantizer.levels
+        ):  # the map has a disambiguation level: new items take free indices
             _extend_extra_level(raw, known, quantizer.levels)
-        return raw, quantizer, {"mode": "incremental", "raw": raw, "fixed": known, "new_items": int((~known).sum())}
+        return (
+            raw,
+            quantizer,
+            {"mode": "incremental", "raw": raw, "fixed": known, "new_items": int((~known).sum())},
+        )
     check_capacity(len(ids), cfg)
     started = time.perf_counter()
     quantizer, raw = train_quantizer(emb, settings)
-    return raw, quantizer, {"mode": "full", "raw": raw, "fixed": None, "train_seconds": round(time.perf_counter() - started, 2)}
+    return (
+        raw,
+        quantizer,
+        {
+            "mode": "full",
+            "raw": raw,
+            "fixed": None,
+            "train_seconds": round(time.perf_counter() - started, 2),
+        },
+    )
 
 
 def _extend_extra_level(raw: np.ndarray, known: np.ndarray, levels: int) -> None:
@@ -174,7 +207,13 @@ def _extend_extra_level(raw: np.ndarray, known: np.ndarray, levels: int) -> None
         taken.add(int(raw[row, -1]))
 
 
-def resolve(raw: np.ndarray, quantizer: Quantizer | None, emb: np.ndarray, facts: dict[str, Any], cfg: SidsConfig) -> Any:
+def resolve(
+    raw: np.ndarray,
+    quantizer: Quantizer | None,
+    emb: np.ndarray,
+    facts: dict[str, Any],
+    cfg: SidsConfig,
+) -> Any:
     k = facts.get("codebook_size", cfg.codebook_size)
     costs = None
     if quantizer is not None and raw.shape[1] == quantizer.levels:
@@ -186,7 +225,11 @@ def resolve(raw: np.ndarray, quantizer: Quantizer | None, emb: np.ndarray, facts
     incremental = facts["mode"] == "incremental"
     try:
         return resolve_collisions(
-            raw, codebook_size=k, last_level_costs=costs, fixed=facts.get("fixed"), allow_extra_level=not incremental
+            raw,
+            codebook_size=k,
+            last_level_costs=costs,
+            fixed=facts.get("fixed"),
+            allow_extra_level=not incremental,
         )
     except CatalogTooLarge as exc:
         hint = "; run a full rebuild (sids.incremental=false)" if incremental else ""
@@ -203,7 +246,9 @@ def sids(settings: Settings) -> StageResult:
     final = resolution.codes
     before, after = collision_stats(raw), collision_stats(final)
     assert after.collision_rate == 0.0, "collision resolution must leave every SID unique"
-    sid_map = {item: [int(c) for c in row] for item, row in zip(items["item_id"], final, strict=True)}
+    sid_map = {
+        item: [int(c) for c in row] for item, row in zip(items["item_id"], final, strict=True)
+    }
     report: dict[str, Any] = {
         "dataset": settings.project.dataset,
         "method": "import" if facts["mode"] == "import" else cfg.method,
@@ -217,7 +262,11 @@ def sids(settings: Settings) -> StageResult:
         "reassigned_last_level": resolution.reassigned,
         "extra_level": resolution.extra_level,
         "level_usage": level_usage(final, facts.get("codebook_size", cfg.codebook_size)),
-        "reconstruction_error": round(quantizer.reconstruction_error(emb, raw[:, : quantizer.levels]), 6) if quantizer else None,
+        "reconstruction_error": round(
+            quantizer.reconstruction_error(emb, raw[:, : quantizer.levels]), 6
+        )
+        if quantizer
+        else None,
     }
     for key in ("train_seconds", "new_items"):
         if key in facts:
@@ -231,7 +280,9 @@ def sids(settings: Settings) -> StageResult:
         out.stage(paths.code_usage_plot, lambda tmp: plot_code_usage(final, report, tmp))
         out.json(report, paths.metrics("sids"))
     if facts["mode"] == "import":
-        paths.quantizer.unlink(missing_ok=True)  # a quantizer from an earlier build does not match this map
+        paths.quantizer.unlink(
+            missing_ok=True
+        )  # a quantizer from an earlier build does not match this map
     log.info(
         "SIDs for %d items: collision rate %.4f -> 0 (%d reassigned, extra level: %s)",
         len(items),
@@ -255,23 +306,67 @@ def plot_code_usage(codes: np.ndarray, report: dict[str, Any], path: Path) -> No
         counts = np.sort(np.bincount(codes[:, level]))[::-1]
         ax.bar(np.arange(len(counts)), counts, width=1.0)
         usage = report["level_usage"][level]
-        ax.set_title(f"level {level}: {usage['used']} codes used, perplexity {usage['perplexity']}", fontsize=9)
+        ax.set_title(
+            f"level {level}: {usage['used']} codes used, perplexity {usage['perplexity']}",
+            fontsize=9,
+        )
         ax.set_ylabel("items")
     axes[-1, 0].set_xlabel("codes (most used first)")
-    fig.suptitle(f"{report['dataset']}: {report['items']} items, method {report['method']}", fontsize=10)
+    fig.suptitle(
+        f"{report['dataset']}: {report['items']} items, method {report['method']}", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=80)
     plt.close(fig)
+
+
+def report_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """The numeric part of the SID report, flat, for MLflow."""
+    flat = {
+        k: float(report[k])
+        for k in (
+            "items",
+            "levels",
+            "collision_rate_before",
+            "collision_rate_after",
+            "largest_collision_group",
+        )
+    }
+    flat |= {
+        k: float(report[k])
+        for k in ("reconstruction_error", "train_seconds")
+        if report.get(k) is not None
+    }
+    for u in report["level_usage"]:
+        flat[f"level{u['level']}_usage"] = u["usage"]
+        flat[f"level{u['level']}_perplexity"] = u["perplexity"]
+    return flat
 
 
 @task(name="sids", cache_policy=StageCache(stage="sids"), persist_result=True)
 def sids_task(settings: Settings) -> StageResult:
     result = sids(settings)
     m = result.metrics
+    paths = settings.paths
+    log_stage(
+        dataset=m["dataset"],
+        stage="sids",
+        params=settings.section("sids"),
+        metrics=report_metrics(m),
+        artifacts=[paths.metrics("sids"), paths.code_usage_plot],
+    )
     publish_table(
         "sid-report",
         m["dataset"],
-        [{"level": u["level"], "codes used": u["used"], "usage": u["usage"], "perplexity": u["perplexity"]} for u in m["level_usage"]],
+        [
+            {
+                "level": u["level"],
+                "codes used": u["used"],
+                "usage": u["usage"],
+                "perplexity": u["perplexity"],
+            }
+            for u in m["level_usage"]
+        ],
         description=(
             f"{m['method']} SIDs for {m['items']} items: collision rate {m['collision_rate_before']} before, "
             f"{m['collision_rate_after']} after resolution; largest group {m['largest_collision_group']}"

@@ -22,6 +22,10 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # Prefect's home (ephemeral database, persisted task results) in a throw-away folder
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sidrec-prefect-")
+# MLflow tracking in a throw-away SQLite database (artifacts land in each test's cwd)
+os.environ["MLFLOW_TRACKING_URI"] = (
+    f"sqlite:///{tempfile.mkdtemp(prefix='sidrec-mlflow-')}/mlflow.db"
+)
 
 
 @pytest.fixture
@@ -135,5 +139,9 @@ def write_embeddings(settings: Settings, emb, item_ids: list[str]) -> None:
     np.save(settings.paths.item_emb, np.asarray(emb, dtype=np.float32))
     atomic_write_json(
         settings.paths.item_emb_manifest,
-        {"items": len(item_ids), "dim": int(np.shape(emb)[1]), "item_ids_sha256": catalog_fingerprint(item_ids)},
+        {
+            "items": len(item_ids),
+            "dim": int(np.shape(emb)[1]),
+            "item_ids_sha256": catalog_fingerprint(item_ids),
+        },
     )

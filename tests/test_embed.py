@@ -15,19 +15,27 @@ def test_render_texts_template_and_default():
     items = pd.DataFrame({"item_id": ["1"], "title": ["Heat"], "year": ["1995"], "genres": [None]})
     assert render_texts(items, "{title} ({year})") == ["Heat (1995)"]
     assert render_texts(items, None) == ["title: Heat\nyear: 1995"]
-    with pytest.raises(ConfigError, match=r"field\(s\) \['brand'\].*available: \['title', 'year', 'genres'\]"):
+    with pytest.raises(
+        ConfigError, match=r"field\(s\) \['brand'\].*available: \['title', 'year', 'genres'\]"
+    ):
         render_texts(items, "{title} by {brand}")
 
 
 def test_embed_writes_normalized_aligned_matrix_and_reuses_cache(project):
-    settings = make_settings(project, project={"dataset": "cat"}, embed={"template": "{title}. {genres}"})
+    settings = make_settings(
+        project, project={"dataset": "cat"}, embed={"template": "{title}. {genres}"}
+    )
     ids = write_validated_catalog(settings, 12)
     first = embed(settings)
     emb = np.load(settings.paths.item_emb)
     assert emb.shape == (12, 384) and emb.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-5)
     manifest = json.loads(settings.paths.item_emb_manifest.read_text())
-    assert manifest["encoder"] == "all-MiniLM-L6-v2" and manifest["items"] == 12 and manifest["encoded"] == 12
+    assert (
+        manifest["encoder"] == "all-MiniLM-L6-v2"
+        and manifest["items"] == 12
+        and manifest["encoded"] == 12
+    )
     # similar texts are closer than unrelated ones: items 0 and 8 share a topic
     assert emb[0] @ emb[8] > emb[0] @ emb[1]
 

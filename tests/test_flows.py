@@ -92,3 +92,28 @@ def test_failed_validation_publishes_report_artifact_and_writes_nothing_downstre
         not (project / "data" / "validated").exists()
         and not (project / "data" / "processed").exists()
     )
+
+
+def test_build_sids_flow_logs_the_sid_report_to_mlflow(project, prefect_harness):
+    import mlflow
+
+    from flows.sids import build_sids
+    from models.sid import read_sid_map
+    from tests.conftest import make_settings, write_validated_catalog
+
+    settings = make_settings(
+        project,
+        project={"dataset": "flowsids"},
+        sids={"method": "rqkmeans", "levels": 2, "codebook_size": 8},
+    )
+    ids = write_validated_catalog(settings, 40)
+    results = build_sids(settings)
+    assert results["embed"].metrics["items"] == 40
+    assert sorted(read_sid_map(settings.paths.sid_map)) == sorted(ids)
+    runs = mlflow.search_runs(experiment_names=["sidrec-flowsids"], output_format="list")
+    (run,) = [r for r in runs if r.data.tags["sidrec.stage"] == "sids"]
+    assert run.data.metrics["collision_rate_after"] == 0.0
+    assert run.data.metrics["items"] == 40.0 and "level0_usage" in run.data.metrics
+    assert run.data.params["method"] == "rqkmeans"
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"sids.json", "code_usage.png"} <= artifacts

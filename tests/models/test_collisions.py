@@ -24,7 +24,9 @@ def test_fixed_items_never_move():
     codes = np.array([[0, 1], [0, 1]])
     distances = np.array([[9.0, 0.0, 9.0], [9.0, 0.0, 9.0]])
     fixed = np.array([False, True])
-    res = resolve_collisions(codes, codebook_size=3, last_level_costs=_costs_from(distances), fixed=fixed)
+    res = resolve_collisions(
+        codes, codebook_size=3, last_level_costs=_costs_from(distances), fixed=fixed
+    )
     assert res.codes[1].tolist() == [0, 1] and res.codes[0].tolist() != [0, 1]
 
 
