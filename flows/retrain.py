@@ -7,8 +7,8 @@ from prefect import flow, get_run_logger
 
 from flows.common import save_run_config
 from flows.data import prepare_data
-from sidrec.config import load_settings
 from flows.sids import build_sids
+from sidrec.config import load_settings
 from sidrec.stage import STAGES, Stage, StageResult
 
 

@@ -37,7 +37,13 @@ def test_dvc_stages_match_code_params_and_paths():
     for stage in STAGES:
         assert tuple(dvc[stage]["params"]) == STAGE_PARAMS[stage]
         assert dvc[stage]["cmd"] == f"sidrec {stage}"
-    outs = {stage: [_resolve(next(iter(o)) if isinstance(o, dict) else o, params) for o in dvc[stage]["outs"]] for stage in STAGES}
+    outs = {
+        stage: [
+            _resolve(next(iter(o)) if isinstance(o, dict) else o, params)
+            for o in dvc[stage]["outs"]
+        ]
+        for stage in STAGES
+    }
     assert outs == {
         "ingest": [str(paths.raw_dir)],
         "validate": [str(paths.validated_dir)],
