@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint repro clean
+.PHONY: install run test test-fast lint repro bench clean
 
 install: $(STAMP)
 
@@ -31,6 +31,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## Benchmarks whose output feeds the README tables.
+bench: $(STAMP)
+	$(BIN)/python -m bench.sids
 
 clean:
 	rm -rf $(VENV)

@@ -65,7 +65,9 @@ def _group_ids(codes: np.ndarray) -> np.ndarray:
 
 
 def _reassign_last_level(codes: np.ndarray, k: int, costs: CostFn, fixed: np.ndarray) -> int:
-    prefix_ids = _group_ids(codes[:, :-1]) if codes.shape[1] > 1 else np.zeros(len(codes), dtype=np.int64)
+    prefix_ids = (
+        _group_ids(codes[:, :-1]) if codes.shape[1] > 1 else np.zeros(len(codes), dtype=np.int64)
+    )
     order = np.argsort(prefix_ids, kind="stable")
     bounds = np.flatnonzero(np.diff(prefix_ids[order])) + 1
     moved = 0
@@ -77,7 +79,9 @@ def _reassign_last_level(codes: np.ndarray, k: int, costs: CostFn, fixed: np.nda
     return moved
 
 
-def _reassign_group(codes: np.ndarray, members: np.ndarray, k: int, costs: CostFn, fixed: np.ndarray) -> int:
+def _reassign_group(
+    codes: np.ndarray, members: np.ndarray, k: int, costs: CostFn, fixed: np.ndarray
+) -> int:
     cost = costs(members)
     keep = np.zeros(len(members), dtype=bool)
     taken = np.zeros(k, dtype=bool)
@@ -92,7 +96,9 @@ def _reassign_group(codes: np.ndarray, members: np.ndarray, k: int, costs: CostF
     if len(movers) == 0 or len(free) == 0:
         return 0
     sub = cost[np.ix_(movers, free)]
-    rows, cols = linear_sum_assignment(sub)  # len(rows) = min(movers, free): overflow stays colliding
+    rows, cols = linear_sum_assignment(
+        sub
+    )  # len(rows) = min(movers, free): overflow stays colliding
     codes[members[movers[rows]], -1] = free[cols]
     return len(rows)
 

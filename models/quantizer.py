@@ -64,7 +64,9 @@ def save_quantizer(quantizer: Quantizer, path: Path) -> None:
 
 def load_quantizer(path: Path) -> Quantizer:
     if not path.exists():
-        raise InputError("saved quantizer not found (incremental mode needs a previous full build)", path=path)
+        raise InputError(
+            "saved quantizer not found (incremental mode needs a previous full build)", path=path
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for corrupt files

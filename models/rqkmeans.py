@@ -18,9 +18,19 @@ from models.kmeans import kmeans, nearest
 
 
 class RQKMeans:
-    def __init__(self, *, levels: int, codebook_size: int, niter: int = 25, balanced: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        *,
+        levels: int,
+        codebook_size: int,
+        niter: int = 25,
+        balanced: bool = False,
+        seed: int = 0,
+    ):
         if levels < 1 or codebook_size < 2:
-            raise ValueError(f"need levels >= 1 and codebook_size >= 2, got {levels} and {codebook_size}")
+            raise ValueError(
+                f"need levels >= 1 and codebook_size >= 2, got {levels} and {codebook_size}"
+            )
         self.levels = levels
         self.codebook_size = codebook_size
         self.niter = niter
@@ -35,9 +45,13 @@ class RQKMeans:
         codes = np.empty((len(x), self.levels), dtype=np.int64)
         self.codebooks = []
         for level in range(self.levels):
-            centroids = kmeans(residual, self.codebook_size, niter=self.niter, seed=self.seed + level)
+            centroids = kmeans(
+                residual, self.codebook_size, niter=self.niter, seed=self.seed + level
+            )
             if self.balanced:
-                assign = balanced_assign(residual, centroids, math.ceil(len(x) / self.codebook_size))
+                assign = balanced_assign(
+                    residual, centroids, math.ceil(len(x) / self.codebook_size)
+                )
             else:
                 assign = nearest(residual, centroids)[0]
             self.codebooks.append(centroids)
@@ -107,7 +121,11 @@ def balanced_assign(x: np.ndarray, centroids: np.ndarray, capacity: int) -> np.n
     """
     k = len(centroids)
     assert capacity * k >= len(x), "capacity too small for the rows"
-    dist = (x * x).sum(1, keepdims=True) - 2 * x @ centroids.T + (centroids * centroids).sum(1)[None, :]
+    dist = (
+        (x * x).sum(1, keepdims=True)
+        - 2 * x @ centroids.T
+        + (centroids * centroids).sum(1)[None, :]
+    )
     assign = np.full(len(x), -1, dtype=np.int64)
     room = np.full(k, capacity, dtype=np.int64)
     while (pending := np.flatnonzero(assign < 0)).size:

@@ -48,7 +48,9 @@ def parse_sid(text: str | Sequence[str]) -> list[int]:
         raise ValueError(f"not a SID token sequence: {joined!r}")
     letters = "".join(letter for letter, _ in matches)
     if letters != LEVEL_LETTERS[: len(matches)]:
-        raise ValueError(f"SID levels must run {LEVEL_LETTERS[: len(matches)]!r}, got {letters!r} in {joined!r}")
+        raise ValueError(
+            f"SID levels must run {LEVEL_LETTERS[: len(matches)]!r}, got {letters!r} in {joined!r}"
+        )
     return [int(code) for _, code in matches]
 
 
@@ -76,7 +78,9 @@ def check_sid_map(sid_map: Mapping[str, Sequence[int]], where: str | Path) -> No
         raise InputError("SID map is empty", path=where)
     lengths = Counter(len(v) for v in sid_map.values())
     if len(lengths) > 1:
-        raise InputError(f"SIDs have different lengths {dict(lengths)}; all must be equal", path=where)
+        raise InputError(
+            f"SIDs have different lengths {dict(lengths)}; all must be equal", path=where
+        )
     bad = [k for k, v in sid_map.items() if any((not isinstance(c, int)) or c < 0 for c in v)]
     if bad:
         raise InputError("SID codes must be non-negative integers", path=where, values=bad[:5])
@@ -102,7 +106,9 @@ def read_sid_map(path: Path) -> SidMap:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"SID map is not valid JSON ({exc})", path=path) from None
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-        raise InputError("SID map must be a JSON object of item_id → list of integer codes", path=path)
+        raise InputError(
+            "SID map must be a JSON object of item_id → list of integer codes", path=path
+        )
     sid_map = {str(k): v for k, v in data.items()}
     check_sid_map(sid_map, path)
     return sid_map
@@ -118,7 +124,9 @@ def read_minionerec_index(path: Path) -> SidMap:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"index file is not valid JSON ({exc})", path=path) from None
     if not isinstance(data, dict) or not data:
-        raise InputError("index file must be a non-empty JSON object of item_id → SID tokens", path=path)
+        raise InputError(
+            "index file must be a non-empty JSON object of item_id → SID tokens", path=path
+        )
     out: SidMap = {}
     for item, tokens in data.items():
         try:

@@ -121,6 +121,13 @@ def read_reviews(path: Path) -> tuple[pd.DataFrame, str]:
             "rating": pd.to_numeric(df["rating"], errors="coerce").astype(float),
         }
     )
+    blank = out["user_id"].isna() | out["item_id"].isna()
+    if blank.any():
+        raise InputError(
+            f"{int(blank.sum())} review(s) have a blank {fields[0]} or {fields[1]}",
+            path=path,
+            rows=blank[blank].index[:5].tolist(),
+        )
     return out, version
 
 
@@ -152,7 +159,9 @@ def read_meta(path: Path, version: str) -> pd.DataFrame:
                 "description": _text(record.get("description")),
                 "brand": _text(record.get(names["brand"])),
                 "categories": ", ".join(
-                    c for c in record.get(names["categories"]) or [] if isinstance(c, str)
+                    clean_title(c)
+                    for c in record.get(names["categories"]) or []
+                    if isinstance(c, str)
                 ),
             }
         )
@@ -166,7 +175,7 @@ def k_core(df: pd.DataFrame, k: int) -> pd.DataFrame:
     while True:
         users = df["user_id"].map(df["user_id"].value_counts())
         items = df["item_id"].map(df["item_id"].value_counts())
-        keep = (users >= k) & (items >= k)
+        keep = ((users >= k) & (items >= k)).fillna(False)
         if keep.all():
             return df
         df = df[keep]
@@ -196,7 +205,9 @@ def read_amazon(cfg: AmazonConfig, min_rating: float | None = None) -> SourceTab
     reviews = reviews.drop_duplicates(["user_id", "item_id", "timestamp"])
     notes["duplicate_reviews"] = before - len(reviews)
     if min_rating is not None:
-        reviews = reviews[reviews["rating"] >= min_rating]
+        keep = reviews["rating"] >= min_rating
+        notes["interactions_below_min_rating"] = int((~keep).sum())
+        reviews = reviews[keep]
     before = len(reviews)
     reviews = k_core(reviews, cfg.k_core)
     notes["reviews_removed_by_k_core"] = before - len(reviews)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,11 @@ def find_files(folder: Path) -> dict[str, list[Path]]:
 
 
 def _split_of(path: Path) -> str | None:
+    """The split a CSV belongs to: its folder name, else a whole word of its file name."""
+    if path.parent.name in SPLIT_ORDER:
+        return path.parent.name
     for split in SPLIT_ORDER:
-        if path.parent.name == split or split in path.stem.lower():
+        if re.search(rf"(^|[_\-.]){split}($|[_\-.])", path.stem.lower()):
             return split
     return None
 
@@ -75,8 +79,14 @@ def read_catalog(found: dict[str, list[Path]]) -> pd.DataFrame:
         rows = [{"item_id": str(k), **_text_fields(v)} for k, v in data.items()]
         return pd.DataFrame(rows)
     path = found["info"][0]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"info file is not UTF-8 text (byte {exc.start})", path=path) from None
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         parts = line.split("\t")
         if len(parts) != 3:
             raise InputError(
@@ -130,7 +140,7 @@ def rebuild_interactions(samples: list[pd.DataFrame]) -> pd.DataFrame:
             if user not in seen_users:
                 seen_users.add(user)
                 rows.extend((user, item, 0) for item in history)
-            rows.append((user, str(target), 0))
+            rows.append((user, None if pd.isna(target) else str(target), 0))
     users, items, _ = zip(*rows, strict=True) if rows else ((), (), ())
     return pd.DataFrame(
         {
