@@ -134,7 +134,7 @@ def read_samples(path: Path) -> pd.DataFrame:
 def rebuild_interactions(samples: list[pd.DataFrame]) -> pd.DataFrame:
     """Per user: the first sample's history and target, then every later sample's target."""
     seen_users: set[str] = set()
-    rows: list[tuple[str, str, int]] = []
+    rows: list[tuple[str, str | None, int]] = []
     for frame in samples:
         for user, history, target in frame.itertuples(index=False):
             if user not in seen_users:
