@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from pathlib import Path
-from typing import Any
 
 from prefect import Task
 
@@ -33,21 +32,20 @@ def save_run_config(settings: Settings, command: str) -> Path:
     return path
 
 
-def summary_rows(results: dict[str, StageResult]) -> list[dict[str, Any]]:
-    return [{"stage": name, **_highlights(r)} for name, r in results.items()]
+def summary_rows(results: dict[str, StageResult]) -> list[tuple[str, str]]:
+    """(stage, one-line summary) per stage, for the CLI's closing table."""
+    return [(name, _highlights(r)) for name, r in results.items()]
 
 
-def _highlights(result: StageResult) -> dict[str, Any]:
+def _highlights(result: StageResult) -> str:
     m = result.metrics
     if result.stage in ("ingest", "validate"):
-        return {k: m.get(k) for k in ("users", "items", "interactions")}
+        return f"{m['users']:,} users · {m['items']:,} items · {m['interactions']:,} interactions"
     if result.stage == "split":
-        return {k: m[k]["rows"] for k in ("train", "valid", "test") if k in m}
+        return " · ".join(f"{k} {m[k]['rows']:,}" for k in ("train", "valid", "test"))
     if result.stage == "embed":
-        return {"items": m["items"], "dim": m["dim"], "encoded": m["encoded"]}
-    return {
-        "items": m["items"],
-        "levels": m["levels"],
-        "collisions before": m["collision_rate_before"],
-        "collisions after": m["collision_rate_after"],
-    }
+        return f"{m['items']:,} items · dim {m['dim']} · {m['encoded']:,} encoded, {m['from_cache']:,} cached"
+    return (
+        f"{m['items']:,} SIDs x {m['levels']} levels · collisions {m['collision_rate_before']:.4f} "
+        f"→ {m['collision_rate_after']:.4f} · level-1 usage {m['level_usage'][0]['usage']:.0%}"
+    )

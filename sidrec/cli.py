@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, cast
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from rich.table import Table
 
 from sidrec.config import SOURCES, Settings, load_settings
 from sidrec.errors import SidrecError
-from sidrec.stage import STAGES, Stage
+from sidrec.stage import STAGES, Stage, StageResult
 
 app = typer.Typer(
     help="Generative recommendation with semantic IDs: ingest → validate → split → ...",
@@ -106,21 +106,14 @@ def _run_stage(stage: Stage, settings: Settings) -> None:
     _summary({stage: result})
 
 
-def _summary(results: dict[str, Any]) -> None:
+def _summary(results: dict[str, StageResult]) -> None:
     from flows.common import summary_rows
 
-    rows = summary_rows(results)
     table = Table(title="sidrec summary")
-    columns = list(dict.fromkeys(k for row in rows for k in row))
-    for col in columns:
-        table.add_column(col, justify="left" if col == "stage" else "right")
-    for row in rows:
-        table.add_row(
-            *(
-                f"{row[c]:,}" if isinstance(row.get(c), int) else str(row.get(c, ""))
-                for c in columns
-            )
-        )
+    table.add_column("stage")
+    table.add_column("result")
+    for stage, text in summary_rows(results):
+        table.add_row(stage, text)
     out.print(table)
 
 

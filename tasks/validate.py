@@ -83,7 +83,8 @@ def run_expectations(
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its INFO is noise here
+    for name in ("great_expectations", "great_expectations.data_context.types.base"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # its INFO is noise here
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_pandas("sidrec")

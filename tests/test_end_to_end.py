@@ -33,5 +33,13 @@ def test_pipeline_on_movielens_100k(project):
     split = json.loads((project / "metrics" / "split.json").read_text())
     assert {s: split[s]["rows"] for s in SPLITS} == {"train": 97_171, "valid": 943, "test": 943}
     assert "100,000" in proc.stdout and "1,682" in proc.stdout
+    sid_map = json.loads((project / "data" / "sids" / "ml-100k" / "sid_map.json").read_text())
+    assert len(sid_map) == 1682
+    assert len({len(v) for v in sid_map.values()}) == 1
+    assert len({tuple(v) for v in sid_map.values()}) == 1682
+    sids = json.loads((project / "metrics" / "sids.json").read_text())
+    assert sids["collision_rate_after"] == 0.0 and sids["items"] == 1682
+    assert sids["level_usage"][0]["usage"] >= 0.9
+    assert {"collision_rate_before", "largest_collision_group", "reconstruction_error"} <= set(sids)
     (saved,) = list((project / "runs").glob("*-retrain/params.yaml"))
     assert yaml.safe_load(saved.read_text())["project"]["dataset"] == "ml-100k"
