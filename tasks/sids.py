@@ -96,21 +96,11 @@ def train_quantizer(emb: np.ndarray, settings: Settings) -> tuple[Quantizer, np.
     from models.quantizer import RQVAEQuantizer
     from models.rqvae import RQVAEConfig, train_rqvae
 
-    rq = cfg.rqvae
+    # the params.yaml section has exactly RQVAEConfig's training fields
     config = RQVAEConfig(
-        hidden_dims=tuple(rq.hidden_dims),
-        code_dim=rq.code_dim,
+        **cfg.rqvae.model_dump(),
         levels=cfg.levels,
         codebook_size=cfg.codebook_size,
-        beta=rq.beta,
-        lr=rq.lr,
-        weight_decay=rq.weight_decay,
-        epochs=rq.epochs,
-        batch_size=rq.batch_size,
-        dropout=rq.dropout,
-        kmeans_init=rq.kmeans_init,
-        dead_code_every=rq.dead_code_every,
-        eval_every=rq.eval_every,
         seed=settings.project.seed,
     )
     quantizer = RQVAEQuantizer(train_rqvae(emb, config).model)

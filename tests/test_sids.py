@@ -143,3 +143,28 @@ def test_failed_rebuild_keeps_previous_map(project, catalog):
     with pytest.raises(InputError, match="another catalog order"):
         sids(settings)
     assert settings.paths.sid_map.read_bytes() == before
+
+
+def test_rqvae_build_then_incremental(project, catalog):
+    rqvae = {
+        "hidden_dims": [32],
+        "code_dim": 8,
+        "epochs": 30,
+        "eval_every": 10,
+        "dead_code_every": 10,
+    }
+    settings = _settings(project, method="rqvae", codebook_size=16, rqvae=rqvae)
+    result = sids(settings)
+    assert result.metrics["method"] == "rqvae" and result.metrics["collision_rate_after"] == 0.0
+    assert result.metrics["reconstruction_error"] > 0 and settings.paths.quantizer.exists()
+    before = read_sid_map(settings.paths.sid_map)
+
+    new_ids = write_validated_catalog(settings, N_ITEMS + 3)
+    emb = np.concatenate(
+        [_clustered_embeddings(N_ITEMS), _clustered_embeddings(3, seed=2, duplicates=0)]
+    )
+    write_embeddings(settings, emb, new_ids)
+    sids(_settings(project, method="rqvae", codebook_size=16, rqvae=rqvae, incremental=True))
+    after = read_sid_map(settings.paths.sid_map)
+    assert {k: after[k] for k in before} == before and len(after) == N_ITEMS + 3
+    assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0
