@@ -45,7 +45,12 @@ def _highlights(result: StageResult) -> str:
         return " · ".join(f"{k} {m[k]['rows']:,}" for k in ("train", "valid", "test"))
     if result.stage == "embed":
         return f"{m['items']:,} items · dim {m['dim']} · {m['encoded']:,} encoded, {m['from_cache']:,} cached"
-    return (
-        f"{m['items']:,} SIDs x {m['levels']} levels · collisions {m['collision_rate_before']:.4f} "
-        f"→ {m['collision_rate_after']:.4f} · level-1 usage {m['level_usage'][0]['usage']:.0%}"
-    )
+    if result.stage == "sids":
+        return (
+            f"{m['items']:,} SIDs x {m['levels']} levels · collisions {m['collision_rate_before']:.4f} "
+            f"→ {m['collision_rate_after']:.4f} · level-1 usage {m['level_usage'][0]['usage']:.0%}"
+        )
+    if result.stage == "sft":
+        return f"{m['train_examples']:,} examples · {m['steps']} steps · eval loss {m['eval_loss']:.3f}"
+    k = 10 if 10 in m["ks"] else max(m["ks"])
+    return " · ".join(f"{name} NDCG@{k} {row[f'ndcg@{k}']:.4f}" for name, row in m["test"].items())

@@ -15,7 +15,7 @@ from tasks.validate import validate_task
 @flow(name="prepare-data", log_prints=False)
 def prepare_data(settings: Settings, until: Stage = "split") -> dict[str, StageResult]:
     """Raw tables, validated tables and splits for ``settings.project.dataset``."""
-    stop = min(STAGES.index(until), STAGES.index("split"))
+    stop = STAGES.index(until)
     results = {"ingest": run_stage(ingest_task, settings)}
     if stop >= STAGES.index("validate"):
         results["validate"] = run_stage(validate_task, settings)

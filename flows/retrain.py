@@ -8,6 +8,7 @@ from prefect import flow, get_run_logger
 from flows.common import save_run_config
 from flows.data import prepare_data
 from flows.sids import build_sids
+from flows.train import train_recommender
 from sidrec.config import load_settings
 from sidrec.stage import STAGES, Stage, StageResult
 
@@ -16,7 +17,7 @@ from sidrec.stage import STAGES, Stage, StageResult
 def retrain(
     config_path: str = "params.yaml",
     overrides: list[str] | None = None,
-    until: Stage = "sids",
+    until: Stage = "evaluate",
 ) -> dict[str, StageResult]:
     """Load ``params.yaml`` (+ ``section.key=value`` overrides), save the resolved config, run the stages."""
     settings = load_settings(config_path, overrides or [])
@@ -24,9 +25,18 @@ def retrain(
     get_run_logger().info(
         "dataset %s; resolved config saved to %s", settings.project.dataset, saved
     )
-    results = prepare_data(
-        settings, until=until if STAGES.index(until) < STAGES.index("split") else "split"
-    )
-    if STAGES.index(until) >= STAGES.index("embed"):
-        results |= build_sids(settings, until=until)
+    results = prepare_data(settings, until=_clip(until, "split"))
+    if _reaches(until, "embed"):
+        results |= build_sids(settings, until=_clip(until, "sids"))
+    if _reaches(until, "sft"):
+        results |= train_recommender(settings, until=until)
     return results
+
+
+def _reaches(until: Stage, stage: Stage) -> bool:
+    return STAGES.index(until) >= STAGES.index(stage)
+
+
+def _clip(until: Stage, last: Stage) -> Stage:
+    """``until``, or ``last`` when ``until`` lies beyond this flow's stages."""
+    return until if STAGES.index(until) <= STAGES.index(last) else last

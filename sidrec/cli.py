@@ -149,6 +149,10 @@ _stage_command(
 _stage_command(
     "sids", "Train the quantizer and write the collision-free SID map to data/sids/<dataset>/."
 )
+_stage_command(
+    "sft", "Fine-tune the language model to generate SIDs (artifacts/sft/<dataset>/model)."
+)
+_stage_command("evaluate", "HR/NDCG@K over the full catalog: the SFT model, popularity and SASRec.")
 
 
 @app.command("export-index")

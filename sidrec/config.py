@@ -36,6 +36,8 @@ class ProjectConfig(_Section):
     """Root of the DVC-tracked data tree."""
     metrics_dir: Path = Path("metrics")
     """Stage metrics (``<stage>.json``), read by DVC, MLflow and Prefect artifacts."""
+    artifacts_dir: Path = Path("artifacts")
+    """Trained models: ``<artifacts_dir>/sft/<dataset>/model`` (a from_pretrained folder)."""
     runs_dir: Path = Path("runs")
     """Each CLI run saves its resolved configuration under ``<runs_dir>/<time>-<command>/``."""
     seed: int = 42
@@ -189,6 +191,72 @@ class SidsConfig(_Section):
     rqkmeans: RQKMeansConfig = RQKMeansConfig()
 
 
+class TinyModelConfig(_Section):
+    """The ``tiny`` preset: a Qwen2 decoder built from config + a BPE tokenizer trained on the catalog."""
+
+    hidden_size: int = Field(128, ge=8)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    kv_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(256, ge=8)
+    vocab_size: int = Field(2000, ge=300)
+    """Text vocabulary of the trained tokenizer (SID tokens come on top)."""
+
+
+class LoraConfig(_Section):
+    enabled: bool = False
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+
+
+class ModelConfig(_Section):
+    """Stage 6 model: which language model learns to generate SIDs."""
+
+    preset: Literal["tiny", "smollm2-135m", "hf"] = "tiny"
+    name_or_path: str | None = None
+    """preset hf: a Hugging Face model id (where a hub is reachable) or a local folder."""
+    max_length: int = Field(256, ge=32)
+    """Context length used for training and generation; longer prompts lose their oldest items."""
+    tiny: TinyModelConfig = TinyModelConfig()
+    lora: LoraConfig = LoraConfig()
+
+
+class SftConfig(_Section):
+    """Stage 6: supervised fine-tuning with TRL's SFTTrainer."""
+
+    tasks: list[Literal["seq_rec", "sid2title", "title2sid", "title_history"]] = [
+        "seq_rec",
+        "sid2title",
+        "title2sid",
+    ]
+    """seq_rec (SID history → next SID) is the main task; the others align SIDs with item text."""
+    max_rows_per_user: int | None = Field(10, ge=1)
+    """seq_rec / title_history: keep each user's most recent training rows (null = all)."""
+    epochs: float = Field(3.0, gt=0)
+    batch_size: int = Field(64, ge=1)
+    learning_rate: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    eval_rows: int = Field(500, ge=1)
+    """Validation-loss rows (from the valid split)."""
+    logging_steps: int = Field(50, ge=1)
+
+
+class EvaluateConfig(_Section):
+    """Stage 8: full-catalog HR/NDCG for the model and the baselines."""
+
+    ks: list[int] = [1, 5, 10, 20]
+    num_beams: int = Field(20, ge=1)
+    batch_size: int = Field(16, ge=1)
+    """Prompts per generate() call (each expands to num_beams rows)."""
+    max_users: int | None = Field(None, ge=1)
+    """Evaluate on the first N rows of each split (null = all)."""
+    sasrec_max_epochs: int = Field(200, ge=1)
+    sasrec_patience: int = Field(5, ge=1)
+
+
 class Settings(_Section):
     """The whole of ``params.yaml``."""
 
@@ -198,6 +266,9 @@ class Settings(_Section):
     split: SplitConfig = SplitConfig()
     embed: EmbedConfig = EmbedConfig()
     sids: SidsConfig = SidsConfig()
+    model: ModelConfig = ModelConfig()
+    sft: SftConfig = SftConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -216,6 +287,7 @@ class Settings(_Section):
             data_dir=self.project.data_dir,
             metrics_dir=self.project.metrics_dir,
             dataset=self.project.dataset,
+            artifacts_dir=self.project.artifacts_dir,
         )
 
     def to_yaml_dict(self) -> dict[str, Any]:

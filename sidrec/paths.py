@@ -14,6 +14,7 @@ class DatasetPaths:
     data_dir: Path
     metrics_dir: Path
     dataset: str
+    artifacts_dir: Path = Path("artifacts")
 
     @property
     def raw_dir(self) -> Path:
@@ -59,6 +60,15 @@ class DatasetPaths:
     @property
     def code_usage_plot(self) -> Path:
         return self.sids_dir / "code_usage.png"
+
+    @property
+    def sft_dir(self) -> Path:
+        return self.artifacts_dir / "sft" / self.dataset
+
+    @property
+    def sft_model(self) -> Path:
+        """The fine-tuned model + tokenizer (loads with ``from_pretrained``)."""
+        return self.sft_dir / "model"
 
     def metrics(self, stage: str) -> Path:
         return self.metrics_dir / f"{stage}.json"

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from sidrec.config import Settings
 from sidrec.io import file_sha256
 
-Stage = Literal["ingest", "validate", "split", "embed", "sids"]
-STAGES: tuple[Stage, ...] = ("ingest", "validate", "split", "embed", "sids")
+Stage = Literal["ingest", "validate", "split", "embed", "sids", "sft", "evaluate"]
+STAGES: tuple[Stage, ...] = ("ingest", "validate", "split", "embed", "sids", "sft", "evaluate")
 
 STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "ingest": ("project.dataset", "ingest"),
@@ -23,6 +23,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "split": ("project.dataset", "split"),
     "embed": ("project.dataset", "embed"),
     "sids": ("project.dataset", "project.seed", "sids"),
+    "sft": ("project.dataset", "project.seed", "model", "sft"),
+    "evaluate": ("project.dataset", "project.seed", "evaluate"),
 }
 """``params.yaml`` keys each stage reads (``dvc.yaml`` lists the same)."""
 
@@ -57,6 +59,24 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
         return [paths.validated("interactions"), paths.validated("items")]
     if stage == "embed":
         return [paths.validated("items")]
+    if stage == "sft":
+        return [
+            paths.validated("items"),
+            paths.sid_map,
+            *(paths.split(s) for s in ("train", "valid")),
+        ]
+    if stage == "evaluate":
+        model_files = (
+            sorted(p for p in paths.sft_model.glob("*") if p.is_file())
+            if paths.sft_model.is_dir()
+            else []
+        )
+        return [
+            paths.validated("items"),
+            paths.sid_map,
+            *(paths.split(s) for s in ("train", "valid", "test")),
+            *model_files,
+        ]
     files = [paths.item_emb, paths.item_emb_manifest, paths.validated("items")]
     if settings.sids.incremental:  # incremental mode extends the existing map
         files += [paths.sid_map, paths.quantizer]

