@@ -1,0 +1,359 @@
+"""Constrained SID decoding on a tiny random Qwen2 and a word-level tokenizer (fast)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LogitsProcessorList, PreTrainedTokenizerFast
+
+from models.constrained import SidConstrainedLogitsProcessor, SidTrie, generate_sids
+from models.sid import level_token, sid_string, sid_tokens
+
+L_MAX, K_MAX = 4, 16
+WORDS = ["<pad>", "<eos>", "<unk>", "user", "watched", "then", "liked", "Answer:"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    """Whitespace word-level tokenizer with every SID token ``<a_0>`` … ``<d_15>`` added."""
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    fast.add_tokens([level_token(lv, c) for lv in range(L_MAX) for c in range(K_MAX)])
+    return fast
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer: PreTrainedTokenizerFast) -> transformers.Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+    )
+    return transformers.Qwen2ForCausalLM(config).eval()
+
+
+SMALL_MAP = {"x": [1, 2], "y": [0, 2], "z": [1, 0], "w": [1, 3]}
+
+
+def ids_of(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
+    return tokenizer(text)["input_ids"]
+
+
+def sid_ids(tokenizer: PreTrainedTokenizerFast, codes: list[int]) -> list[int]:
+    return tokenizer.convert_tokens_to_ids(sid_tokens(codes))
+
+
+def finite_columns(scores: torch.Tensor) -> list[list[int]]:
+    return [torch.nonzero(row.isfinite()).flatten().tolist() for row in scores]
+
+
+# --- the trie ----------------------------------------------------------------------------
+
+
+def test_from_sid_map_keeps_item_order_and_finds_items(tokenizer):
+    trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
+    assert trie.item_ids == ("x", "y", "z", "w")
+    assert (trie.n_items, trie.levels) == (4, 2)
+    expected = [sid_ids(tokenizer, codes) for codes in SMALL_MAP.values()]
+    assert trie.sid_token_ids.tolist() == expected
+    queries = torch.tensor(
+        [*expected[::-1], sid_ids(tokenizer, [0, 0]), sid_ids(tokenizer, [2, 1]), [3, 4]]
+    )
+    assert trie.item_index(queries).tolist() == [3, 2, 1, 0, -1, -1, -1]
+    # the right codes at the wrong levels are not an item
+    swapped = tokenizer.convert_tokens_to_ids(["<b_1>", "<a_2>"])
+    assert trie.item_index(torch.tensor([swapped])).tolist() == [-1]
+    with pytest.raises(ValueError, match=r"expected \(n, 2\)"):
+        trie.item_index(torch.tensor(expected[0]))
+
+
+def test_from_sid_map_errors_name_the_problem(tokenizer):
+    with pytest.raises(ValueError, match=r"'<b_99>' is not in the tokenizer"):
+        SidTrie.from_sid_map({"x": [1, 99]}, tokenizer)
+    with pytest.raises(ValueError, match=r"different lengths \[2, 3\]"):
+        SidTrie.from_sid_map({"x": [1, 2], "y": [1, 2, 3]}, tokenizer)
+    with pytest.raises(ValueError, match=r"items \['x', 'z'\] share"):
+        SidTrie.from_sid_map({"x": [1, 2], "y": [1, 3], "z": [1, 2]}, tokenizer)
+    with pytest.raises(ValueError, match="empty"):
+        SidTrie.from_sid_map({}, tokenizer)
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="non-empty"):
+        SidTrie(sid_token_ids=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="integer"):
+        SidTrie(sid_token_ids=torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="non-negative"):
+        SidTrie(sid_token_ids=torch.tensor([[1, -2]]))
+    with pytest.raises(ValueError, match=r"rows \[0, 1\] share token ids \[5, 6\]"):
+        SidTrie(sid_token_ids=torch.tensor([[5, 6], [5, 6]]))
+    with pytest.raises(ValueError, match="2 item_ids for 1 SIDs"):
+        SidTrie(sid_token_ids=torch.tensor([[5, 6]]), item_ids=["a", "b"])
+    trie = SidTrie(sid_token_ids=torch.tensor([[5, 6]]))
+    with pytest.raises(ValueError, match="eos_token_id 6 is a SID token"):
+        SidConstrainedLogitsProcessor(trie=trie, eos_token_id=6)
+    processor = SidConstrainedLogitsProcessor(trie=trie, eos_token_id=1)
+    with pytest.raises(ValueError, match="resize the model's embeddings"):
+        processor(torch.tensor([[0]]), torch.zeros(1, 6))
+
+
+def test_table_memory_grows_linearly_with_the_catalog():
+    small = SidTrie(sid_token_ids=torch.arange(300).view(100, 3))
+    large = SidTrie(sid_token_ids=torch.arange(3000).view(1000, 3))
+    assert 9 < large.nbytes / small.nbytes < 11
+
+
+# --- the processor, token ids only ---------------------------------------------------------
+
+# items 100-101-102, 100-101-103, 100-104-102, 105-101-102; prompt tokens < 10, EOS = 1
+TRIE = SidTrie(
+    sid_token_ids=torch.tensor([[100, 101, 102], [100, 101, 103], [100, 104, 102], [105, 101, 102]])
+)
+EOS = 1
+
+
+def test_rows_at_different_steps_in_one_call():
+    rows = [
+        [0, 0, 0, 0, 7],  # step 0
+        [0, 0, 0, 7, 100],  # step 1
+        [0, 0, 7, 100, 101],  # step 2
+        [0, 7, 100, 101, 103],  # step 3 = L: EOS only
+        [0, 0, 0, 7, 105],  # step 1, another branch
+        [0, 0, 7, 105, 104],  # not a catalog prefix: EOS only
+        [101, 100, 101, 103, 102],  # 4 SID tokens in a row (> L): EOS only
+        [0, 0, 7, 104, 102],  # level-1 token at level 0: EOS only
+        [0, 7, 2, 100, 104],  # step 2 after a non-SID history token
+    ]
+    scores = torch.randn(len(rows), 110)
+    out = SidConstrainedLogitsProcessor(trie=TRIE, eos_token_id=EOS)(
+        torch.tensor(rows), scores.clone()
+    )
+    expected = [[100, 105], [101, 104], [102, 103], [EOS], [101], [EOS], [EOS], [EOS], [102]]
+    assert finite_columns(out) == expected
+    for row, cols in enumerate(expected):
+        assert torch.equal(out[row, cols], scores[row, cols])  # kept scores are unchanged
+        assert (out[row].isinf() | out[row].isfinite()).all()
+        assert int(out[row].isneginf().sum()) == 110 - len(cols)
+
+
+def test_eos_forced_after_l_tokens_and_short_inputs():
+    processor = SidConstrainedLogitsProcessor(trie=TRIE, eos_token_id=EOS)
+    # inputs shorter than L + 1 columns, one row already a full SID
+    out = processor(torch.tensor([[100, 101, 102], [3, 100, 104]]), torch.zeros(2, 110))
+    assert finite_columns(out) == [[EOS], [102]]
+    out = processor(torch.tensor([[3]]), torch.zeros(1, 110))
+    assert finite_columns(out) == [[100, 105]]
+
+
+def test_inplace_overwrites_scores_and_copy_leaves_them():
+    scores = torch.randn(2, 110)
+    before = scores.clone()
+    ids = torch.tensor([[3, 100], [3, 105]])
+    copied = SidConstrainedLogitsProcessor(trie=TRIE, eos_token_id=EOS, inplace=False)(ids, scores)
+    assert torch.equal(scores, before) and copied.data_ptr() != scores.data_ptr()
+    out = SidConstrainedLogitsProcessor(trie=TRIE, eos_token_id=EOS)(ids, scores)
+    assert out.data_ptr() == scores.data_ptr() and torch.equal(out, copied)
+
+
+sid_maps = st.integers(1, L_MAX).flatmap(
+    lambda levels: st.integers(1, K_MAX).flatmap(
+        lambda k: st.lists(
+            st.tuples(*[st.integers(0, k - 1)] * levels),
+            min_size=1,
+            max_size=min(60, k**levels),
+            unique=True,
+        )
+    )
+)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(sids=sid_maps, data=st.data())
+def test_processor_matches_a_prefix_dictionary(sids, data):
+    """The allowed set of every row equals a brute-force prefix → next-token dictionary's."""
+    levels = len(sids[0])
+    tokens = torch.tensor(sids) + 100 + 20 * torch.arange(levels)  # level l: 100 + 20 l + code
+    trie = SidTrie(sid_token_ids=tokens)
+    nexts: dict[tuple[int, ...], set[int]] = {}
+    for row in tokens.tolist():
+        for t in range(levels):
+            nexts.setdefault(tuple(row[:t]), set()).add(row[t])
+    # tokens outside the catalog's token set are not SID tokens to the processor
+    sid_token = st.sampled_from(sorted(set(tokens.flatten().tolist())))
+    rows, expected = [], []
+    for _ in range(data.draw(st.integers(1, 8))):
+        if data.draw(st.booleans()):  # a catalog prefix
+            item = tokens[data.draw(st.integers(0, len(tokens) - 1))].tolist()
+            prefix = item[: data.draw(st.integers(0, levels))]
+        else:  # any SID tokens, usually not a prefix
+            prefix = data.draw(st.lists(sid_token, max_size=levels + 1))
+        history = data.draw(st.lists(st.integers(0, 9), min_size=1, max_size=6))
+        rows.append(history + prefix)
+        # a full SID, a run longer than L, or not a catalog prefix: EOS only
+        expected.append(sorted(nexts.get(tuple(prefix), {EOS})))
+    width = max(map(len, rows))
+    input_ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])  # left padding
+    scores = torch.randn(len(rows), 100 + 20 * levels)
+    out = SidConstrainedLogitsProcessor(trie=trie, eos_token_id=EOS)(input_ids, scores.clone())
+    assert finite_columns(out) == expected
+    for row, cols in enumerate(expected):
+        assert torch.equal(out[row, cols], scores[row, cols])
+
+
+# --- generation with a tiny model ----------------------------------------------------------
+
+
+def teacher_forced_scores(model, prompt: list[int], trie: SidTrie, eos: int) -> torch.Tensor:
+    """Each item's log P(SID, EOS | prompt) / (L + 1): transformers' beam score."""
+    n = trie.n_items
+    ids = torch.cat(
+        [torch.tensor(prompt).expand(n, -1), trie.sid_token_ids, torch.full((n, 1), eos)], 1
+    )
+    with torch.no_grad():
+        logp = model(ids).logits.log_softmax(-1)
+    target = ids[:, len(prompt) :]
+    picked = logp[:, len(prompt) - 1 : -1].gather(2, target[:, :, None]).squeeze(2)
+    return picked.sum(1) / target.shape[1]
+
+
+def test_enough_beams_return_every_item_ranked_exactly(model, tokenizer):
+    """With num_beams >= n_items the beam search is exhaustive: all items, in exact order."""
+    sid_map = {f"i{k}": [k % 3, k // 3, (k * 7) % 5] for k in range(12)}
+    trie = SidTrie.from_sid_map(sid_map, tokenizer)
+    prompts = ["user watched <a_1><b_2><c_3> then Answer:", "liked Answer:"]
+    out = generate_sids(
+        model, tokenizer, prompts, trie, num_beams=12, top_k=12, max_prompt_tokens=64
+    )
+    assert out.truncated == 0
+    for row, prompt in enumerate(prompts):
+        exact = teacher_forced_scores(
+            model, ids_of(tokenizer, prompt), trie, tokenizer.eos_token_id
+        )
+        assert out.items[row].tolist() == exact.argsort(descending=True).tolist()
+        assert torch.allclose(out.scores[row], exact[out.items[row]], atol=1e-4)
+
+
+def test_greedy_scores_match_teacher_forcing(model, tokenizer):
+    trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
+    prompt = "user watched then Answer:"
+    out = generate_sids(
+        model, tokenizer, [prompt], trie, num_beams=1, top_k=1, max_prompt_tokens=64
+    )
+    exact = teacher_forced_scores(model, ids_of(tokenizer, prompt), trie, tokenizer.eos_token_id)
+    item = int(out.items[0, 0])
+    assert item >= 0
+    assert math.isclose(float(out.scores[0, 0]), float(exact[item]), abs_tol=1e-4)
+
+
+def test_processor_reused_across_generate_calls_matches_fresh_instances(model, tokenizer):
+    trie = SidTrie.from_sid_map({f"i{k}": [k % 4, k % 3, k // 4] for k in range(10)}, tokenizer)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    batches = [
+        tokenizer(["then Answer:", "user Answer:"], return_tensors="pt"),
+        tokenizer.pad(
+            tokenizer(["user watched <a_1><b_0><c_2> liked then Answer:", "watched Answer:"]),
+            padding_side="left",
+            return_tensors="pt",
+        ),
+    ]
+    shared = SidConstrainedLogitsProcessor(trie=trie, eos_token_id=eos)
+
+    def run(batch, processor):
+        return model.generate(
+            **batch,
+            logits_processor=LogitsProcessorList([processor]),
+            num_beams=6,
+            num_return_sequences=3,
+            max_new_tokens=4,
+            do_sample=False,
+            early_stopping=True,
+            pad_token_id=pad,
+            eos_token_id=eos,
+        )
+
+    reused = [run(b, shared) for b in batches]
+    fresh = [run(b, SidConstrainedLogitsProcessor(trie=trie, eos_token_id=eos)) for b in batches]
+    for batch, a, b in zip(batches, reused, fresh, strict=True):
+        assert torch.equal(a, b)
+        generated = a[:, batch["input_ids"].shape[1] :]
+        assert (trie.item_index(generated[:, :3]) >= 0).all()
+        assert (generated[:, 3] == eos).all()
+
+
+@settings(max_examples=15, deadline=None, database=None)
+@given(sids=sid_maps, data=st.data())
+def test_generated_sids_are_distinct_catalog_items(model, tokenizer, sids, data):
+    sid_map = {f"i{k}": list(codes) for k, codes in enumerate(sids)}
+    trie = SidTrie.from_sid_map(sid_map, tokenizer)
+    num_beams = data.draw(st.integers(1, 50), label="num_beams")
+    top_k = data.draw(st.integers(1, min(num_beams, len(sids))), label="top_k")
+    history = st.sampled_from(
+        ["user", "watched", "then", "liked", sid_string([1, 2, 3][: len(sids[0])])]
+    )
+    prompts = [
+        " ".join(data.draw(st.lists(history, max_size=6))) + " Answer:"
+        for _ in range(data.draw(st.integers(1, 6), label="batch"))
+    ]
+    out = generate_sids(
+        model, tokenizer, prompts, trie, num_beams=num_beams, top_k=top_k, max_prompt_tokens=64
+    )
+    assert out.items.shape == out.scores.shape == (len(prompts), top_k)
+    assert (out.items >= 0).all()
+    for row in out.items.tolist():
+        assert len(set(row)) == top_k
+    assert (out.scores[:, :-1] >= out.scores[:, 1:] - 1e-6).all()  # best first
+    assert out.scores.isfinite().all()
+
+
+def test_long_prompts_are_truncated_on_the_left(model, tokenizer, caplog):
+    trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
+    prompts = ["user watched then liked user watched Answer:", "liked Answer:"]
+    with caplog.at_level(logging.WARNING, logger="models.constrained"):
+        out = generate_sids(
+            model, tokenizer, prompts, trie, num_beams=4, top_k=3, max_prompt_tokens=3
+        )
+    assert out.truncated == 1
+    assert "1 of 2 prompts were longer than max_prompt_tokens=3" in caplog.text
+    short = ["user watched Answer:", "liked Answer:"]
+    same = generate_sids(model, tokenizer, short, trie, num_beams=4, top_k=3, max_prompt_tokens=3)
+    assert torch.equal(out.items, same.items)
+    # left-padded tensors give the same answer as strings
+    encoded = tokenizer.pad(tokenizer(prompts), padding_side="left", return_tensors="pt")
+    from_ids = generate_sids(
+        model, tokenizer, encoded, trie, num_beams=4, top_k=3, max_prompt_tokens=3
+    )
+    assert torch.equal(from_ids.items, out.items) and from_ids.truncated == 1
+
+
+def test_generate_rejects_bad_requests(model, tokenizer):
+    trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
+    kwargs = dict(num_beams=4, top_k=2, max_prompt_tokens=16)
+    with pytest.raises(ValueError, match="ends with a SID token"):
+        generate_sids(model, tokenizer, ["user <a_1><b_2>"], trie, **kwargs)
+    with pytest.raises(ValueError, match="exceeds the catalog size"):
+        generate_sids(
+            model, tokenizer, ["Answer:"], trie, num_beams=8, top_k=5, max_prompt_tokens=16
+        )
+    with pytest.raises(ValueError, match="top_k <= num_beams"):
+        generate_sids(
+            model, tokenizer, ["Answer:"], trie, num_beams=2, top_k=3, max_prompt_tokens=16
+        )
+    encoded = tokenizer.pad(
+        tokenizer(["user Answer:", "Answer:"]), padding_side="right", return_tensors="pt"
+    )
+    with pytest.raises(ValueError, match="left-padded"):
+        generate_sids(model, tokenizer, encoded, trie, **kwargs)
