@@ -35,6 +35,8 @@ lint: $(STAMP)
 ## Benchmarks whose output feeds the README tables.
 bench: $(STAMP)
 	$(BIN)/python -m bench.sids
+	$(BIN)/python -m bench.decoding
+	$(BIN)/python -m bench.pipeline
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,95 @@
+"""Benchmark: the whole default pipeline on MovieLens-100k, stage by stage, and its eval table.
+
+    python -m bench.pipeline        # or: make bench
+
+Runs every stage function in order (as `make run` does, without the Prefect server) in a
+temporary folder with the repo's params.yaml and a cold embedding cache, then prints the
+seconds per stage and the test-split table of metrics/eval.json (popularity, SASRec and
+the SFT model, all from this one run). Targets (issue 4): the whole run <= 20 minutes on 2
+CPU cores; the SFT model's HR/NDCG next to SASRec and popularity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from sidrec.config import load_settings
+from sidrec.stage import STAGES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="section.key=value"
+    )
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.basicConfig(level=logging.WARNING)
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
+        os.chdir(work)
+        settings = load_settings(
+            REPO / "params.yaml",
+            [
+                f"project.data_dir={work / 'data'}",
+                f"project.metrics_dir={work / 'metrics'}",
+                f"project.artifacts_dir={work / 'artifacts'}",
+                f"embed.cache_dir={work / 'cache'}",
+                *args.overrides,
+            ],
+        )
+        results = {}
+        for stage in STAGES:
+            stage_fn = getattr(importlib.import_module(f"tasks.{stage}"), stage)
+            started = time.perf_counter()
+            results[stage] = stage_fn(settings)
+            seconds[stage] = time.perf_counter() - started
+    report = results["evaluate"].metrics
+    sft = results["sft"].metrics
+    print(
+        f"MovieLens-100k, {settings.split.method}, full-catalog ranking over {report['items']} items, "
+        f"{report['test_rows']} test users; model preset {settings.model.preset} "
+        f"({sft['parameters']:,} parameters, {sft['steps']} SFT steps); {args.threads} CPU threads\n"
+    )
+    print("| stage | " + " | ".join(STAGES) + " | total |")
+    print("|---|" + "---|" * (len(STAGES) + 1))
+    print(
+        "| seconds | "
+        + " | ".join(f"{seconds[s]:.0f}" for s in STAGES)
+        + f" | {sum(seconds.values()):.0f} |\n"
+    )
+    ks = report["ks"]
+    print(
+        "| model (test) | "
+        + " | ".join(f"HR@{k}" for k in ks)
+        + " | "
+        + " | ".join(f"NDCG@{k}" for k in ks)
+        + " |"
+    )
+    print("|---|" + "---|" * (2 * len(ks)))
+    for name, row in report["test"].items():
+        cells = [f"{row[f'hr@{k}']:.4f}" for k in ks] + [f"{row[f'ndcg@{k}']:.4f}" for k in ks]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print(
+        f"\nSFT invalid generation rate: {report['test']['sft']['invalid_rate']:.4f}; SASRec best epoch {report['sasrec_best_epoch']}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Popularity and SASRec baselines on tiny hand-made splits (each test takes a few seconds at most)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from models.baselines import encode_histories, train_sequences
+from models.baselines.popularity import Popularity
+from models.baselines.sasrec import (
+    SASRec,
+    SASRecConfig,
+    SASRecTrainResult,
+    evaluate_sasrec,
+    recommend,
+    train_sasrec,
+)
+
+N_ITEMS = 20
+ITEMS = [f"i{i}" for i in range(N_ITEMS)]
+
+
+def split_rows(sequences: dict[str, list[str]], max_history: int) -> dict[str, pd.DataFrame]:
+    """Leave-one-out rows as tasks/split.py writes them: last → test, second-to-last → valid."""
+    parts: dict[str, list[dict[str, object]]] = {"train": [], "valid": [], "test": []}
+    for user, seq in sequences.items():
+        for pos in range(1, len(seq)):
+            part = {len(seq) - 1: "test", len(seq) - 2: "valid"}.get(pos, "train")
+            history = seq[max(0, pos - max_history) : pos]
+            parts[part].append(
+                {"user_id": user, "history": history, "target": seq[pos], "timestamp": pos}
+            )
+    return {name: pd.DataFrame(rows) for name, rows in parts.items()}
+
+
+def successor_splits(users: int = 40, length: int = 12, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Item i is always followed by item i + 1 (mod N_ITEMS); users start anywhere."""
+    starts = np.random.default_rng(seed).integers(0, N_ITEMS, users)
+    seqs = {
+        f"u{u}": [ITEMS[(s + t) % N_ITEMS] for t in range(length)] for u, s in enumerate(starts)
+    }
+    return split_rows(seqs, max_history=5)
+
+
+def tiny_config(**overrides: object) -> SASRecConfig:
+    base: dict[str, object] = dict(
+        hidden=32, blocks=1, heads=2, dropout=0.0, max_len=8, lr=1e-2, batch_size=32,
+        max_epochs=40, patience=3,
+    )  # fmt: skip
+    return SASRecConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def splits() -> dict[str, pd.DataFrame]:
+    return successor_splits()
+
+
+@pytest.fixture(scope="module")
+def trained(splits: dict[str, pd.DataFrame]) -> SASRecTrainResult:
+    return train_sasrec(splits["train"], splits["valid"], ITEMS, tiny_config(), progress=False)
+
+
+# --- shared data preparation
+
+
+def test_train_sequences_rebuild_capped_histories_and_never_invent_transitions() -> None:
+    rows = split_rows({"a": list("pqrst"), "b": list("xyz")}, max_history=2)["train"]
+    assert train_sequences(rows) == [list("pqr")]  # b's rows are all valid / test
+    broken = pd.DataFrame(
+        {
+            "user_id": ["a", "a", "a"],
+            "history": [["p"], ["p", "q"], ["z"]],  # the third row does not continue p q r
+            "target": ["q", "r", "w"],
+            "timestamp": [1, 2, 3],
+        }
+    )
+    assert train_sequences(broken) == [["p", "q", "r"], ["z", "w"]]
+
+
+def test_train_sequences_rebuild_long_sequence_from_capped_rows() -> None:
+    rows = split_rows({"a": list("abcdefgh")}, max_history=2)["train"]
+    assert rows["history"].str.len().max() == 2
+    assert train_sequences(rows) == [list("abcdef")]  # g is valid, h is test
+
+
+def test_encode_histories_names_row_of_unknown_item() -> None:
+    index = {item: i for i, item in enumerate(ITEMS)}
+    assert encode_histories([["i3", "i1"], [2]], index) == [[3, 1], [2]]
+    with pytest.raises(ValueError, match="row 1 holds item 'nope'"):
+        encode_histories([["i1"], ["i2", "nope"]], index)
+    with pytest.raises(ValueError, match="row 0 holds item 20"):
+        encode_histories([[20]], index)
+
+
+# --- popularity
+
+
+def test_popularity_counts_each_training_interaction_once() -> None:
+    train = split_rows({"a": ["x", "y", "z", "q", "q2"], "b": ["y", "z", "w", "q", "q2"]}, 20)[
+        "train"
+    ]
+    pop = Popularity(item_ids=["w", "x", "y", "z", "v"]).fit(train)
+    assert pop.counts.tolist() == [1, 1, 2, 2, 0]  # sequences x y z and y z w
+    assert pop.ranking.tolist() == [2, 3, 0, 1, 4]  # ties broken by catalog order
+    assert pop.recommend(2, 3).tolist() == [[2, 3, 0], [2, 3, 0]]
+    assert pop.recommend(1, 7).tolist() == [[2, 3, 0, 1, 4, -1, -1]]
+
+
+def test_popularity_rejects_unknown_items_and_empty_train() -> None:
+    train = split_rows({"a": ["x", "y", "z", "q", "r"]}, 20)["train"]
+    with pytest.raises(ValueError, match="not in the catalog"):
+        Popularity(item_ids=["x", "y"]).fit(train)
+    with pytest.raises(ValueError, match="train split is empty"):
+        Popularity(item_ids=["x"]).fit(train.iloc[:0])
+    with pytest.raises(ValueError, match="more than once"):
+        Popularity(item_ids=["x", "x"])
+
+
+# --- SASRec
+
+
+def test_sasrec_learns_successor_pattern(
+    trained: SASRecTrainResult, splits: dict[str, pd.DataFrame]
+) -> None:
+    test = evaluate_sasrec(trained.model, splits["test"], name="test")
+    assert test["ndcg@10"] > 0.95
+    assert test["hr@1"] > 0.9
+    assert trained.best_valid_ndcg10 == pytest.approx(
+        evaluate_sasrec(trained.model, splits["valid"])["ndcg@10"]
+    )  # the restored checkpoint is the best one
+
+
+def test_sasrec_early_stops_patience_epochs_after_best(trained: SASRecTrainResult) -> None:
+    epochs_run = trained.history[-1]["epoch"]
+    assert epochs_run < tiny_config().max_epochs
+    assert epochs_run == trained.best_epoch + tiny_config().patience
+    assert [r["epoch"] for r in trained.history] == list(range(1, int(epochs_run) + 1))
+    best = max(trained.history, key=lambda r: r["ndcg@10"])
+    assert best["epoch"] == trained.best_epoch
+
+
+def test_sasrec_training_changes_every_parameter(splits: dict[str, pd.DataFrame]) -> None:
+    config = tiny_config(max_epochs=2)
+    torch.manual_seed(config.seed)  # train_sasrec builds its model right after the same seeding
+    initial = {k: v.clone() for k, v in SASRec(item_ids=ITEMS, config=config).state_dict().items()}
+    result = train_sasrec(splits["train"], splits["valid"], ITEMS, config, progress=False)
+    changed = {k: not torch.equal(v, initial[k]) for k, v in result.model.state_dict().items()}
+    assert all(changed.values()), [k for k, c in changed.items() if not c]
+    again = train_sasrec(splits["train"], splits["valid"], ITEMS, config, progress=False)
+    assert again.history == result.history  # seeded: the same run twice
+
+
+def test_recommend_returns_distinct_catalog_items(
+    trained: SASRecTrainResult, splits: dict[str, pd.DataFrame]
+) -> None:
+    histories = list(splits["test"]["history"])
+    top = recommend(trained.model, histories, 10)
+    assert top.shape == (len(histories), 10) and top.dtype == np.int64
+    assert all(len(set(row)) == 10 for row in top.tolist())
+    assert top.min() >= 0 and top.max() < N_ITEMS
+    full = recommend(trained.model, histories[:3], N_ITEMS)
+    assert all(sorted(row) == list(range(N_ITEMS)) for row in full.tolist())
+    as_indices = [[int(i[1:]) for i in h] for h in histories]
+    assert np.array_equal(recommend(trained.model, as_indices, 10), top)
+
+
+def test_recommend_can_exclude_history_items(trained: SASRecTrainResult) -> None:
+    histories = [["i1", "i2", "i3"], ["i7"]]
+    top = recommend(trained.model, histories, N_ITEMS, exclude_history=True)
+    assert set(top[0, :-3].tolist()).isdisjoint({1, 2, 3}) and top[0, -3:].tolist() == [-1] * 3
+    assert 7 not in top[1].tolist()
+
+
+def test_left_padding_does_not_change_a_rows_scores(trained: SASRecTrainResult) -> None:
+    short, long = ["i4", "i5"], ["i10", "i11", "i12", "i13", "i14", "i15"]
+    alone = recommend(trained.model, [short], N_ITEMS)
+    batched = recommend(trained.model, [long, short, []], N_ITEMS)
+    assert np.array_equal(batched[1:2], alone)
+    assert (batched[2] >= 0).all()  # an empty history still gets a (finite) ranking
+
+
+def test_recommend_rejects_unknown_items(trained: SASRecTrainResult) -> None:
+    with pytest.raises(ValueError, match="histories row 1 holds item 'unknown'"):
+        recommend(trained.model, [["i1"], ["i2", "unknown"]], 5)
+
+
+def test_train_sasrec_rejects_bad_input(splits: dict[str, pd.DataFrame]) -> None:
+    train, valid = splits["train"], splits["valid"]
+    with pytest.raises(ValueError, match="train split is empty"):
+        train_sasrec(train.iloc[:0], valid, ITEMS, tiny_config(), progress=False)
+    with pytest.raises(ValueError, match="valid split is empty"):
+        train_sasrec(train, valid.iloc[:0], ITEMS, tiny_config(), progress=False)
+    with pytest.raises(ValueError, match="not in the catalog"):
+        train_sasrec(train, valid, ITEMS[:10], tiny_config(), progress=False)
+    with pytest.raises(ValueError, match="lacks columns"):
+        train_sasrec(train.drop(columns="history"), valid, ITEMS, tiny_config(), progress=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [({"heads": 3}, "heads must be a divisor of hidden"), ({"dropout": 1.0}, "dropout")],
+)
+def test_sasrec_config_rejects_bad_values(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tiny_config(**overrides)
