@@ -153,7 +153,7 @@ def main() -> None:
         f"machine load average {os.getloadavg()[0]:.1f} at start\n"
     )
     cores = os.cpu_count() or 1
-    if args.threads > 1 and os.getloadavg()[0] + args.threads > cores + 0.5:
+    if args.threads > 1 and os.getloadavg()[0] > 1.0:  # another process holds a core
         print(
             f"**Busy machine** ({cores} cores, load {os.getloadavg()[0]:.1f}): with "
             f"{args.threads} threads each parallel op may wait for a descheduled worker; "

@@ -32,6 +32,7 @@ from sidrec.io import atomic_write_json, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.schemas import ITEMS, SPLIT
 from sidrec.stage import StageResult
+from sidrec.tracking import tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,8 @@ def sft(settings: Settings) -> StageResult:
     cfg = settings.sft
     gpu = torch.cuda.is_available()
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
+    # TRL's MLflow callback reads these: same store and experiment as the other stages
+    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
     os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", f"sidrec-{settings.project.dataset}")
     args = SFTConfig(
         output_dir=str(paths.sft_dir / "checkpoints"),

@@ -1,0 +1,185 @@
+"""sft and evaluate on a small synthetic catalog with a learnable pattern."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from models.lm import load_model_dir
+from models.sid import read_sid_map
+from sidrec.errors import InputError
+from tasks.evaluate import evaluate
+from tasks.ingest import ingest
+from tasks.sft import sft
+from tasks.sids import sids
+from tasks.split import split
+from tasks.validate import validate
+from tests.conftest import make_settings, write_csv_dataset, write_embeddings
+
+N_ITEMS, N_USERS = 30, 24
+
+
+def _settings(project, **extra):
+    sections = {
+        "project": {"dataset": "syn"},
+        "ingest": {
+            "source": "csv",
+            "interactions": "src/interactions.csv",
+            "items": "src/items.csv",
+        },
+        "sids": {"method": "rqkmeans", "levels": 2, "codebook_size": 8},
+        "model": {
+            "max_length": 128,
+            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64},
+        },
+        "sft": {
+            "epochs": 2,
+            "batch_size": 16,
+            "learning_rate": 0.005,
+            "eval_rows": 20,
+            "logging_steps": 5,
+        },
+        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8, "sasrec_max_epochs": 3},
+    }
+    for section, values in extra.items():
+        sections[section] = {**sections.get(section, {}), **values}
+    return make_settings(project, **sections)
+
+
+@pytest.fixture
+def prepared(project):
+    """Raw → validated → splits → random embeddings → SIDs for a catalog where item i is followed by i+1."""
+    rows = [
+        f"u{u},i{(u + k) % N_ITEMS},{1_600_000_000 + 1000 * u + k}"
+        for u in range(N_USERS)
+        for k in range(8)
+    ]
+    titles = [f"i{n},Item {n} in group {n % 5}" for n in range(N_ITEMS)]
+    write_csv_dataset(
+        project / "src",
+        "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n",
+        "item_id,title\n" + "\n".join(titles) + "\n",
+    )
+    settings = _settings(project)
+    for stage in (ingest, validate, split):
+        stage(settings)
+    emb = np.random.default_rng(0).normal(size=(N_ITEMS, 16)).astype(np.float32)
+    write_embeddings(
+        settings,
+        emb / np.linalg.norm(emb, axis=1, keepdims=True),
+        [f"i{n}" for n in range(N_ITEMS)],
+    )
+    sids(settings)
+    return settings
+
+
+@pytest.mark.slow
+def test_sft_trains_a_loadable_model_with_sid_tokens(prepared):
+    from models.lm import build_tiny
+
+    result = sft(prepared)
+    m = result.metrics
+    assert m["train_examples"] == N_USERS * 5 + 2 * N_ITEMS  # seq_rec rows + sid2title + title2sid
+    assert np.isfinite(m["eval_loss"]) and m["steps"] > 0
+    model, tokenizer = load_model_dir(prepared.paths.sft_model)
+    sid_map = read_sid_map(prepared.paths.sid_map)
+    for codes in sid_map.values():
+        assert all(
+            tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id
+            for t in (f"<a_{codes[0]}>", f"<b_{codes[1]}>")
+        )
+    fresh = build_tiny(
+        tokenizer,
+        hidden_size=32,
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        intermediate_size=64,
+        max_length=128,
+        seed=42,
+    )
+    trained = model.get_input_embeddings().weight
+    assert trained.shape == fresh.get_input_embeddings().weight.shape
+    assert not torch.allclose(
+        trained, fresh.get_input_embeddings().weight
+    )  # training moved the weights
+    assert json.loads(prepared.paths.metrics("sft").read_text())["preset"] == "tiny"
+
+
+@pytest.mark.slow
+def test_evaluate_reports_every_model_on_full_catalog(prepared):
+    sft(prepared)
+    result = evaluate(prepared)
+    report = json.loads(prepared.paths.metrics("eval").read_text())
+    assert report == json.loads(json.dumps(result.metrics))
+    for split_name in ("valid", "test"):
+        assert set(report[split_name]) == {"popularity", "sasrec", "sft"}
+        for row in report[split_name].values():
+            assert {f"{m}@{k}" for m in ("hr", "ndcg") for k in (1, 5, 10)} <= set(row)
+            assert all(0.0 <= row[f"ndcg@{k}"] <= row[f"hr@{k}"] <= 1.0 for k in (1, 5, 10))
+        assert report[split_name]["sft"]["invalid_rate"] == 0.0
+    assert report["test_rows"] == N_USERS
+
+
+@pytest.mark.slow
+def test_short_context_truncates_prompts_without_crashing(prepared):
+    short = prepared.model_copy(
+        update={"model": prepared.model.model_copy(update={"max_length": 20})}
+    )
+    result = sft(short)
+    assert result.metrics["truncated_prompts"] > 0
+
+
+def test_sid_map_that_does_not_match_the_catalog_fails_before_training(prepared):
+    sid_map = read_sid_map(prepared.paths.sid_map)
+    sid_map.pop("i3")
+    prepared.paths.sid_map.write_text(json.dumps(sid_map))
+    with pytest.raises(InputError, match="SID map does not match the catalog: 1 catalog item"):
+        sft(prepared)
+    assert not prepared.paths.sft_model.exists()
+
+
+def test_evaluate_needs_a_model_folder(prepared):
+    with pytest.raises(InputError, match="model folder not found"):
+        evaluate(prepared)
+    assert not prepared.paths.metrics("eval").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_needs_a_complete_model_folder(prepared):
+    sft(prepared)
+    for weights in prepared.paths.sft_model.glob("*.safetensors"):
+        weights.unlink()
+    with pytest.raises(InputError, match=r"model folder is incomplete: missing model weights"):
+        evaluate(prepared)
+
+
+@pytest.mark.slow
+def test_evaluate_rejects_a_sid_map_the_tokenizer_lacks(prepared):
+    sft(prepared)
+    sid_map = read_sid_map(prepared.paths.sid_map)
+    sid_map["i0"] = [7, 99]  # <b_99> was never added to the tokenizer
+    prepared.paths.sid_map.write_text(json.dumps(sid_map))
+    with pytest.raises(InputError, match="does not match the model's tokenizer"):
+        evaluate(prepared)
+    assert not prepared.paths.metrics("eval").exists()
+
+
+@pytest.mark.slow
+def test_failed_sft_keeps_the_previous_model(prepared, monkeypatch):
+    sft(prepared)
+    before = {p.name: p.read_bytes() for p in prepared.paths.sft_model.iterdir()}
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        sft(prepared)
+    assert {p.name: p.read_bytes() for p in prepared.paths.sft_model.iterdir()} == before
+    assert not [p for p in prepared.paths.sft_dir.iterdir() if p.name.startswith(".model.")]
+    shutil.rmtree(prepared.paths.sft_dir)
