@@ -1,4 +1,5 @@
-"""`sidrec pipeline` on the embedded default (MovieLens-100k from the RecBole wheel), as `make run` does."""
+"""`sidrec pipeline` on the embedded default (MovieLens-100k from the RecBole wheel), as `make run` does:
+every stage, ingest to evaluate (about 7 minutes on 2 CPU cores)."""
 
 from __future__ import annotations
 
@@ -41,5 +42,12 @@ def test_pipeline_on_movielens_100k(project):
     assert sids["collision_rate_after"] == 0.0 and sids["items"] == 1682
     assert sids["level_usage"][0]["usage"] >= 0.9
     assert {"collision_rate_before", "largest_collision_group", "reconstruction_error"} <= set(sids)
+    report = json.loads((project / "metrics" / "eval.json").read_text())
+    assert set(report["test"]) == {"popularity", "sasrec", "sft"}
+    for row in report["test"].values():
+        assert {f"{m}@{k}" for m in ("hr", "ndcg") for k in (1, 5, 10, 20)} <= set(row)
+    assert report["test"]["sft"]["invalid_rate"] == 0.0
+    assert report["test"]["sasrec"]["ndcg@10"] > report["test"]["popularity"]["ndcg@10"]
+    assert (project / "artifacts" / "sft" / "ml-100k" / "model" / "config.json").exists()
     (saved,) = list((project / "runs").glob("*-retrain/params.yaml"))
     assert yaml.safe_load(saved.read_text())["project"]["dataset"] == "ml-100k"
