@@ -19,7 +19,6 @@ Then the trie's table memory for 1682 and 1,000,000 items (L = 3, K = 256).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import statistics
@@ -32,6 +31,7 @@ import torch
 import transformers
 from transformers import LogitsProcessor
 
+from bench.common import bench_args
 from models.constrained import SidConstrainedLogitsProcessor, SidTrie
 
 LEVELS, K, N_ITEMS, BATCH, BEAMS, PROMPT = 3, 256, 1682, 8, 20, 32
@@ -140,12 +140,7 @@ def processor_case(processor: LogitsProcessor, ids: torch.Tensor, base: torch.Te
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = bench_args(__doc__)
 
     print(
         f"{BATCH} prompts × {BEAMS} beams = {BATCH * BEAMS} rows, catalog {N_ITEMS} items × "

@@ -11,16 +11,13 @@ CPU cores; the SFT model's HR/NDCG next to SASRec and popularity.
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import logging
 import os
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
+from bench.common import bench_args
 from sidrec.config import load_settings
 from sidrec.stage import STAGES
 
@@ -28,17 +25,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = bench_args(
+        __doc__,
+        lambda p: p.add_argument(
+            "--set", dest="overrides", action="append", default=[], help="section.key=value"
+        ),
     )
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], help="section.key=value"
-    )
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    logging.basicConfig(level=logging.WARNING)
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

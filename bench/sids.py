@@ -10,29 +10,18 @@ the README). Targets (issue 3): collision rate after resolution 0, level-1 codeb
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
+from bench.common import bench_args
 from sidrec.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    logging.basicConfig(level=logging.WARNING)
+    args = bench_args(__doc__)
 
     from tasks.embed import embed
     from tasks.ingest import ingest

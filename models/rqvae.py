@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from models.checks import require
 from models.kmeans import kmeans
 
 logger = logging.getLogger(__name__)
@@ -88,11 +89,7 @@ class RQVAEConfig:
             ("eval_every", self.eval_every >= 1, ">= 1"),
             ("seed", self.seed >= 0, ">= 0"),
         ]
-        for name, ok, requirement in checks:
-            if not ok:
-                raise ValueError(
-                    f"RQVAEConfig.{name} must be {requirement}, got {getattr(self, name)!r}"
-                )
+        require(self, checks)
 
 
 class RQVAEOutput(NamedTuple):

@@ -40,6 +40,7 @@ from models.baselines import (
     encode_targets,
     train_sequences,
 )
+from models.checks import require
 from models.metrics import DEFAULT_KS, rank_metrics, topk_from_scores
 
 logger = logging.getLogger(__name__)
@@ -97,11 +98,7 @@ class SASRecConfig:
             ("eval_every", self.eval_every >= 1, ">= 1"),
             ("seed", self.seed >= 0, ">= 0"),
         ]
-        for name, ok, requirement in checks:
-            if not ok:
-                raise ValueError(
-                    f"SASRecConfig.{name} must be {requirement}, got {getattr(self, name)!r}"
-                )
+        require(self, checks)
         try:
             torch.device(self.device)
         except RuntimeError as exc:
