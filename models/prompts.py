@@ -8,8 +8,8 @@ generated SID tokens from the prompt without state. Completions are SID token st
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from models.sid import sid_string
 
@@ -57,3 +57,54 @@ def fit_history(
         start += 1
         prompt = render(history[start:])
     return prompt, start > 0
+
+
+class PromptBuilder:
+    """Prompts and prompt/completion pairs for one tokenizer, history prompts cut to fit its
+    context (``truncated`` counts how many lost items)."""
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Any,
+        sid_map: Mapping[str, Sequence[int]],
+        titles: Mapping[str, str],
+        max_length: int,
+    ):
+        self.tokenizer = tokenizer
+        self.sid_map = sid_map
+        self.titles = titles
+        levels = len(next(iter(sid_map.values())))
+        self.max_prompt = max_length - levels - 2  # room for the SID and EOS
+        self.truncated = 0
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def history_prompt(self, history: Sequence[str], by_title: bool = False) -> str:
+        """The seq_rec (or title_history) prompt for ``history``, oldest items dropped to fit."""
+
+        def render(items: Sequence[str]) -> str:
+            if by_title:
+                return title_history_prompt([self.titles[i] for i in items])
+            return seq_rec_prompt([self.sid_map[i] for i in items])
+
+        prompt, cut = fit_history(history, render, self.count, self.max_prompt)
+        self.truncated += cut
+        return prompt
+
+    def history_example(
+        self, history: Sequence[str], target: str, by_title: bool = False
+    ) -> Example:
+        return Example(self.history_prompt(history, by_title), sid_string(self.sid_map[target]))
+
+    def alignment_examples(self, task: str) -> list[Example]:
+        """sid2title or title2sid pairs for every catalog item."""
+        if task == "sid2title":
+            return [
+                Example(sid2title_prompt(self.sid_map[i]), " " + t) for i, t in self.titles.items()
+            ]
+        return [
+            Example(title2sid_prompt(t), sid_string(self.sid_map[i]))
+            for i, t in self.titles.items()
+        ]

@@ -20,7 +20,7 @@ from models.baselines.sasrec import SASRecConfig, recommend, train_sasrec
 from models.constrained import SidTrie, generate_sids
 from models.lm import load_model_dir
 from models.metrics import rank_metrics
-from models.prompts import fit_history, seq_rec_prompt
+from models.prompts import PromptBuilder
 from models.sid import SidMap, collision_stats
 from sidrec.config import Settings
 from sidrec.errors import InputError
@@ -47,20 +47,19 @@ class SftRecommender:
             raise InputError(
                 f"the SID map does not match the model's tokenizer: {exc}", path=path
             ) from None
-        self.sid_map = sid_map
+        titles = dict.fromkeys(item_ids, "")  # evaluation prompts use SIDs only
+        self.prompts = PromptBuilder(
+            tokenizer=self.tokenizer,
+            sid_map=sid_map,
+            titles=titles,
+            max_length=settings.model.max_length,
+        )
         self.cfg = settings.evaluate
-        self.max_prompt = settings.model.max_length - self.trie.levels - 2
-
-    def _count(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _render(self, items: Any) -> str:
-        return seq_rec_prompt([self.sid_map[i] for i in items])
 
     def topk(self, histories: list[list[str]], k: int) -> tuple[np.ndarray, int]:
         """(rows × k) catalog indices, best first (-1 = invalid SID), and the truncated-prompt count."""
-        fitted = [fit_history(h, self._render, self._count, self.max_prompt) for h in histories]
-        prompts = [p for p, _ in fitted]
+        before = self.prompts.truncated
+        prompts = [self.prompts.history_prompt(h) for h in histories]
         chunks = []
         for start in tqdm(
             range(0, len(prompts), self.cfg.batch_size), desc="beam search", leave=False
@@ -73,10 +72,10 @@ class SftRecommender:
                     self.trie,
                     num_beams=self.cfg.num_beams,
                     top_k=k,
-                    max_prompt_tokens=self.max_prompt,
+                    max_prompt_tokens=self.prompts.max_prompt,
                 )
             chunks.append(out.items.cpu().numpy())
-        return np.concatenate(chunks), sum(cut for _, cut in fitted)
+        return np.concatenate(chunks), self.prompts.truncated - before
 
 
 def evaluate(settings: Settings) -> StageResult:

@@ -19,13 +19,13 @@ from prefect import task
 from models.lm import add_sid_tokens, build_tiny, load_pretrained, train_tokenizer
 from models.prompts import (
     Example,
-    fit_history,
+    PromptBuilder,
     seq_rec_prompt,
     sid2title_prompt,
     title2sid_prompt,
     title_history_prompt,
 )
-from models.sid import SidMap, read_sid_map, sid_string
+from models.sid import SidMap, read_sid_map
 from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import atomic_write_json, read_table
@@ -98,41 +98,6 @@ def build_model_and_tokenizer(
     return model, tokenizer
 
 
-class ExampleBuilder:
-    """Prompt/completion pairs for each SFT task, with prompts cut to fit the context."""
-
-    def __init__(self, *, tokenizer: Any, sid_map: SidMap, titles: dict[str, str], max_length: int):
-        self.tokenizer = tokenizer
-        self.sid_map = sid_map
-        self.titles = titles
-        levels = len(next(iter(sid_map.values())))
-        self.max_prompt = max_length - levels - 2  # room for the SID and EOS
-        self.truncated = 0
-
-    def count(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def history_example(self, history: list[str], target: str, by_title: bool) -> Example:
-        def render(items: Any) -> str:
-            if by_title:
-                return title_history_prompt([self.titles[i] for i in items])
-            return seq_rec_prompt([self.sid_map[i] for i in items])
-
-        prompt, cut = fit_history(list(history), render, self.count, self.max_prompt)
-        self.truncated += cut
-        return Example(prompt, sid_string(self.sid_map[target]))
-
-    def alignment_examples(self, task: str) -> list[Example]:
-        if task == "sid2title":
-            return [
-                Example(sid2title_prompt(self.sid_map[i]), " " + t) for i, t in self.titles.items()
-            ]
-        return [
-            Example(title2sid_prompt(t), sid_string(self.sid_map[i]))
-            for i, t in self.titles.items()
-        ]
-
-
 def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
     """Each user's most recent ``per_user`` rows (all when None)."""
     if per_user is None:
@@ -143,7 +108,7 @@ def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
 
 
 def build_datasets(
-    settings: Settings, builder: ExampleBuilder, train: pd.DataFrame, valid: pd.DataFrame
+    settings: Settings, builder: PromptBuilder, train: pd.DataFrame, valid: pd.DataFrame
 ) -> tuple[list[Example], list[Example]]:
     cfg = settings.sft
     rows = recent_rows(train, cfg.max_rows_per_user)
@@ -177,7 +142,7 @@ def sft(settings: Settings) -> StageResult:
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
     model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
     titles = dict(zip(items["item_id"], items["title"].astype(str), strict=True))
-    builder = ExampleBuilder(
+    builder = PromptBuilder(
         tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
     )
     examples, evals = build_datasets(settings, builder, train, valid)
