@@ -94,10 +94,22 @@ def load_pretrained(preset: str, name_or_path: str | None) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load model {location!r}: {exc}") from None
+    if preset == "smollm2-135m":
+        _drop_gguf_marker(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer
+
+
+def _drop_gguf_marker(model: Any) -> None:
+    """transformers dequantizes GGUF weights to ordinary float tensors when loading, but keeps
+    the model marked as GGUF-quantized, which the Trainer refuses to fine-tune. The weights are
+    plain floats, so the marker goes (and a saved folder is a normal float checkpoint)."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def build_tiny(

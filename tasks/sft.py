@@ -204,7 +204,6 @@ def sft(settings: Settings) -> StageResult:
     result = trainer.train()
     eval_metrics = trainer.evaluate()
     save_model(trainer.model, tokenizer, paths.sft_model)
-    shutil.rmtree(paths.sft_dir / "checkpoints", ignore_errors=True)
     metrics = {
         "dataset": settings.project.dataset,
         "preset": settings.model.preset,

@@ -183,3 +183,21 @@ def test_failed_sft_keeps_the_previous_model(prepared, monkeypatch):
     assert {p.name: p.read_bytes() for p in prepared.paths.sft_model.iterdir()} == before
     assert not [p for p in prepared.paths.sft_dir.iterdir() if p.name.startswith(".model.")]
     shutil.rmtree(prepared.paths.sft_dir)
+
+
+@pytest.mark.slow
+def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared):
+    """The pretrained SmolLM2-135M from its wheel, LoRA on, a few steps; the merged folder evaluates."""
+    settings = _settings(
+        prepared.paths.data_dir.parent,
+        model={"preset": "smollm2-135m", "lora": {"enabled": True, "r": 4, "alpha": 8}},
+        sft={"epochs": 0.1, "batch_size": 8, "eval_rows": 8},
+        evaluate={"max_users": 4, "sasrec_max_epochs": 1},
+    )
+    result = sft(settings)
+    assert result.metrics["preset"] == "smollm2-135m" and result.metrics["steps"] >= 1
+    model, tokenizer = load_model_dir(settings.paths.sft_model)
+    assert type(model).__name__ == "LlamaForCausalLM"  # LoRA merged: a plain model folder
+    assert tokenizer.convert_tokens_to_ids("<b_7>") >= 49152  # added after SmolLM2's own vocabulary
+    report = evaluate(settings).metrics
+    assert report["test"]["sft"]["invalid_rate"] == 0.0 and report["test_rows"] == 4
