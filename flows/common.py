@@ -52,5 +52,13 @@ def _highlights(result: StageResult) -> str:
         )
     if result.stage == "sft":
         return f"{m['train_examples']:,} examples · {m['steps']} steps · eval loss {m['eval_loss']:.3f}"
+    if result.stage == "grpo":
+        start, best = m["valid_start"]["ndcg@10"], m["valid_best"]["ndcg@10"]
+        return (
+            f"{m['steps']} steps · {m['rollout']} rollouts x {m['num_generations']} · "
+            f"valid NDCG@10 {start:.4f} → {best:.4f} (step {m['best_step']})"
+        )
+    if result.stage == "register":
+        return str(m.get("summary", m))
     k = 10 if 10 in m["ks"] else max(m["ks"])
     return " · ".join(f"{name} NDCG@{k} {row[f'ndcg@{k}']:.4f}" for name, row in m["test"].items())

@@ -29,7 +29,7 @@ def retrain(
     if _reaches(until, "embed"):
         results |= build_sids(settings, until=_clip(until, "sids"))
     if _reaches(until, "sft"):
-        results |= train_recommender(settings, until=until)
+        results |= train_recommender(settings, until=_clip(until, "evaluate"))
     return results
 
 

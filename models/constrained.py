@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -338,6 +340,56 @@ def generate_sids(
         chosen = generated[:, : logp.shape[1], None]
         scores = logp.gather(2, chosen).squeeze(2).sum(1) / logp.shape[1]
     return SidGeneration(items, scores.view(len(input_ids), top_k), truncated)
+
+
+def rank_items(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    trie: SidTrie,
+    *,
+    num_beams: int,
+    top_k: int,
+    batch_size: int,
+    max_prompt_tokens: int,
+) -> np.ndarray:
+    """(len(prompts), top_k) catalog rows by constrained beam search, best first (-1 = invalid),
+    ``batch_size`` prompts per ``generate`` call, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    chunks = []
+    for start in tqdm(range(0, len(prompts), batch_size), desc="beam search", leave=False):
+        with torch.no_grad():
+            out = generate_sids(
+                model,
+                tokenizer,
+                prompts[start : start + batch_size],
+                trie,
+                num_beams=num_beams,
+                top_k=top_k,
+                max_prompt_tokens=max_prompt_tokens,
+            )
+        chunks.append(out.items.cpu().numpy())
+    return np.concatenate(chunks)
+
+
+def sid_regex(sid_strings: Sequence[str]) -> str:
+    """A regular expression matching exactly the given SID strings (``<a_1><b_2>...``), nested
+    by shared prefix like the trie: the catalog constraint for generation backends that take a
+    regex (vLLM structured outputs)."""
+    tree: dict[str, Any] = {}
+    for sid in sid_strings:
+        node = tree
+        for token in re.findall(r"<[^>]+>", sid):
+            node = node.setdefault(token, {})
+
+    def render(node: dict[str, Any]) -> str:
+        parts = [re.escape(tok) + render(child) for tok, child in sorted(node.items())]
+        if not parts:
+            return ""
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return render(tree)
 
 
 def _left_padded(

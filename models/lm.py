@@ -11,8 +11,11 @@ SID tokens (one per level × code) are added as regular tokens and the embedding
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
+import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -169,3 +172,31 @@ def load_model_dir(path: Path) -> tuple[Any, Any]:
         raise InputError(f"model folder cannot be loaded ({exc})", path=path) from None
     tokenizer.padding_side = "left"
     return model.eval(), tokenizer
+
+
+def save_model_dir(model: Any, tokenizer: Any, target: Path) -> None:
+    """Write a self-contained from_pretrained folder, replacing ``target`` only when complete.
+
+    A peft model is saved with its adapter merged into a copy, so the model being trained
+    keeps its adapter (GRPO saves its best model mid-training)."""
+    if hasattr(model, "merge_and_unload"):
+        model = copy.deepcopy(model).merge_and_unload()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        replace_dir(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def replace_dir(source: Path, target: Path) -> None:
+    """Move the complete folder ``source`` to ``target``, replacing what was there (the old
+    folder is moved aside first, so ``target`` is never half-written)."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    source.rename(target)
+    shutil.rmtree(old, ignore_errors=True)

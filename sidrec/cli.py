@@ -152,7 +152,17 @@ _stage_command(
 _stage_command(
     "sft", "Fine-tune the language model to generate SIDs (artifacts/sft/<dataset>/model)."
 )
-_stage_command("evaluate", "HR/NDCG@K over the full catalog: the SFT model, popularity and SASRec.")
+_stage_command(
+    "grpo",
+    "Refine the SFT model with GRPO over constrained rollouts (artifacts/grpo/<dataset>/model).",
+)
+_stage_command(
+    "evaluate", "HR/NDCG@K over the full catalog: the SFT and GRPO models, popularity and SASRec."
+)
+_stage_command(
+    "register",
+    "Log the model to MLflow, register it and promote it to champion if it beats the current one.",
+)
 
 
 @app.command("export-index")
@@ -172,6 +182,40 @@ def export_index(
         sid_map = read_sid_map(settings.paths.sid_map)
         atomic_write_json(out_path, to_minionerec_index(sid_map))
         out.print(f"wrote {len(sid_map):,} SIDs to {out_path}")
+
+
+@app.command("recommend")
+def recommend_command(
+    user: Annotated[
+        str | None, typer.Option("--user", help="A user id (their known history is used).")
+    ] = None,
+    history: Annotated[
+        str | None, typer.Option("--history", help="Item ids, oldest first: ID,ID,...")
+    ] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="How many items.")] = 10,
+    config: ConfigOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+    dataset: DatasetOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Top-K items from the registered champion model for a user or a history."""
+    with _errors(debug):
+        from models.pyfunc import parse_history
+        from tasks.recommend import load_champion, recommend
+
+        if (user is None) == (history is None):
+            raise SidrecError("pass exactly one of --user ID or --history ID,ID,...")
+        settings = load_settings(config, _overrides(set_, None, dataset, None, None, None))
+        items = parse_history(history) if history is not None else None
+        champion = load_champion(settings)
+        recs = recommend(settings, user=user, history=items, k=k, champion=champion)
+        who = f"user {user}" if user is not None else f"history of {len(items or [])} items"
+        table = Table(title=f"{champion.uri} (version {champion.version}) · {who}")
+        for column in ("rank", "item_id", "title"):
+            table.add_column(column, justify="right" if column == "rank" else "left")
+        for row in recs.itertuples():
+            table.add_row(str(row.rank), str(row.item_id), str(row.title))
+        out.print(table)
 
 
 @app.command()

@@ -37,7 +37,7 @@ class ProjectConfig(_Section):
     metrics_dir: Path = Path("metrics")
     """Stage metrics (``<stage>.json``), read by DVC, MLflow and Prefect artifacts."""
     artifacts_dir: Path = Path("artifacts")
-    """Trained models: ``<artifacts_dir>/sft/<dataset>/model`` (a from_pretrained folder)."""
+    """Trained models: ``<artifacts_dir>/{sft,grpo}/<dataset>/model`` (from_pretrained folders)."""
     runs_dir: Path = Path("runs")
     """Each CLI run saves its resolved configuration under ``<runs_dir>/<time>-<command>/``."""
     seed: int = 42
@@ -244,6 +244,79 @@ class SftConfig(_Section):
     logging_steps: int = Field(50, ge=1)
 
 
+class GrpoRewardWeights(_Section):
+    """Weights of the reward functions (``models/rewards.py``); 0 switches one off."""
+
+    rule: float = Field(0.0, ge=0)
+    """1 for the exact target item, else 0."""
+    ranking: float = Field(1.0, ge=0)
+    """Rule reward plus an NDCG-style penalty for wrong items by their beam rank (MiniOneRec)."""
+    collaborative: float = Field(0.0, ge=0)
+    """The SASRec baseline's softmax probability of the generated item given the history
+    (trains SASRec inside the stage when > 0)."""
+    semantic: float = Field(0.0, ge=0)
+    """Cosine similarity of the generated and the target item's text embeddings."""
+
+    @model_validator(mode="after")
+    def _some_reward(self) -> GrpoRewardWeights:
+        if not any(getattr(self, name) > 0 for name in type(self).model_fields):
+            raise ValueError("at least one reward weight must be > 0")
+        return self
+
+
+class GrpoConfig(_Section):
+    """Stage 7: reinforcement learning with TRL's GRPOTrainer and constrained rollouts."""
+
+    enabled: bool = True
+    """false skips the stage: no GRPO model, no ``grpo`` row in the evaluation."""
+    rollout: Literal["beam", "sample", "dynamic"] = "beam"
+    """beam: each group is the G best distinct catalog items by constrained beam search
+    (MiniOneRec / ReRe; deterministic, so the update is an advantage-weighted ranking step).
+    sample: G constrained temperature samples (may repeat items). dynamic: oversample
+    ``oversample`` × G constrained samples and keep G distinct items."""
+    num_generations: int = Field(16, ge=2)
+    """G: completions per prompt (one group)."""
+    prompts_per_step: int = Field(8, ge=1)
+    """Distinct prompts per optimizer step (the batch is prompts_per_step × G completions)."""
+    oversample: float = Field(1.5, ge=1.0)
+    """dynamic: constrained samples drawn per prompt, as a multiple of G."""
+    ensure_target: bool = False
+    """dynamic: replace the last item of a group that misses the target with the target."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (sample / dynamic rollouts)."""
+    rewards: GrpoRewardWeights = GrpoRewardWeights()
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dr_grpo"
+    """TRL loss normalization; dr_grpo divides by G × max_completion_length (= SID length + 1)."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """sequence = GSPO (sequence-level importance ratios)."""
+    beta: float = Field(0.0, ge=0)
+    """KL weight against the reference model (the SFT model; with LoRA the adapter-disabled base)."""
+    num_iterations: int = Field(1, ge=1)
+    """Optimization passes over each generation batch (μ in the GRPO paper)."""
+    epsilon: float = Field(0.2, gt=0)
+    """Lower clipping bound of the importance ratio."""
+    epsilon_high: float | None = Field(None, gt=0)
+    """Upper clipping bound (DAPO's clip-higher); null = epsilon."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Divide advantages by the reward std of the group, of the batch, or not at all."""
+    learning_rate: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_steps: int = Field(150, ge=1)
+    """Optimizer steps."""
+    rows_per_user: int | None = Field(2, ge=1)
+    """Training prompts: each user's most recent train rows (null = all)."""
+    eval_every: int = Field(50, ge=1)
+    """Steps between validation HR/NDCG runs; the best model by validation NDCG@10 is kept."""
+    eval_users: int = Field(200, ge=1)
+    """Size of the fixed validation sample used during training."""
+    log_samples_every: int = Field(50, ge=1)
+    """Steps between sample tables (prompt, completions as titles, rewards)."""
+    sample_rows: int = Field(4, ge=1)
+    """Prompts shown in each sample table."""
+    use_vllm: bool = False
+    """Generate rollouts with vLLM (GPU workers only, ``pip install -e '.[gpu]'``)."""
+
+
 class EvaluateConfig(_Section):
     """Stage 8: full-catalog HR/NDCG for the model and the baselines."""
 
@@ -257,6 +330,41 @@ class EvaluateConfig(_Section):
     sasrec_patience: int = Field(5, ge=1)
 
 
+class RegisterConfig(_Section):
+    """Stage 9: log the recommender as an MLflow pyfunc model, register it, gate promotion."""
+
+    enabled: bool = True
+    """false skips registration (nothing is logged to the model registry)."""
+    model_name: str | None = None
+    """Registered model name; null = ``sidrec-<dataset>``."""
+    candidate: Literal["auto", "grpo", "sft"] = "auto"
+    """Which trained model is registered: auto = grpo when that stage ran, else sft."""
+    gate_metric: str = Field("test.ndcg@10", pattern=r"^(valid|test)\.(hr|ndcg)@\d+$")
+    """``<split>.<metric>@K`` from ``metrics/eval.json``, compared against the champion's."""
+    min_margin: float = Field(0.0, ge=0)
+    """The candidate becomes champion only if it beats the champion by more than this."""
+    top_k: int = Field(10, ge=1)
+    """Items the served model returns per history unless the request asks otherwise."""
+    num_beams: int = Field(20, ge=1)
+    """Beam width of the served model's constrained beam search (>= top_k)."""
+
+    @model_validator(mode="after")
+    def _beams(self) -> RegisterConfig:
+        if self.num_beams < self.top_k:
+            raise ValueError(f"num_beams ({self.num_beams}) must be >= top_k ({self.top_k})")
+        return self
+
+
+class OrchestrationConfig(_Section):
+    """Where the stages run (Prefect): everything inline, or training on the ``gpu`` work pool."""
+
+    gpu_deployment: str | None = None
+    """``<flow>/<deployment>`` that runs sft and grpo on the ``gpu`` pool (``prefect.yaml``
+    defines ``train-recommender/train-gpu``); null runs them inline in the parent flow."""
+    gpu_timeout_s: int = Field(86_400, ge=60)
+    """How long the parent flow waits for the training deployment's run."""
+
+
 class Settings(_Section):
     """The whole of ``params.yaml``."""
 
@@ -268,7 +376,10 @@ class Settings(_Section):
     sids: SidsConfig = SidsConfig()
     model: ModelConfig = ModelConfig()
     sft: SftConfig = SftConfig()
+    grpo: GrpoConfig = GrpoConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    register_: RegisterConfig = Field(RegisterConfig(), alias="register")
+    orchestration: OrchestrationConfig = OrchestrationConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -70,5 +70,14 @@ class DatasetPaths:
         """The fine-tuned model + tokenizer (loads with ``from_pretrained``)."""
         return self.sft_dir / "model"
 
+    @property
+    def grpo_dir(self) -> Path:
+        return self.artifacts_dir / "grpo" / self.dataset
+
+    @property
+    def grpo_model(self) -> Path:
+        """The RL-tuned model + tokenizer (the best checkpoint by validation NDCG@10)."""
+        return self.grpo_dir / "model"
+
     def metrics(self, stage: str) -> Path:
         return self.metrics_dir / f"{stage}.json"

@@ -14,8 +14,20 @@ from typing import Any, Literal
 from sidrec.config import Settings
 from sidrec.io import file_sha256
 
-Stage = Literal["ingest", "validate", "split", "embed", "sids", "sft", "evaluate"]
-STAGES: tuple[Stage, ...] = ("ingest", "validate", "split", "embed", "sids", "sft", "evaluate")
+Stage = Literal[
+    "ingest", "validate", "split", "embed", "sids", "sft", "grpo", "evaluate", "register"
+]
+STAGES: tuple[Stage, ...] = (
+    "ingest",
+    "validate",
+    "split",
+    "embed",
+    "sids",
+    "sft",
+    "grpo",
+    "evaluate",
+    "register",
+)
 
 STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "ingest": ("project.dataset", "ingest"),
@@ -24,7 +36,9 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "embed": ("project.dataset", "embed"),
     "sids": ("project.dataset", "project.seed", "sids"),
     "sft": ("project.dataset", "project.seed", "model", "sft"),
-    "evaluate": ("project.dataset", "project.seed", "evaluate"),
+    "grpo": ("project.dataset", "project.seed", "model", "grpo"),
+    "evaluate": ("project.dataset", "project.seed", "grpo.enabled", "evaluate"),
+    "register": ("project.dataset", "grpo.enabled", "register"),
 }
 """``params.yaml`` keys each stage reads (``dvc.yaml`` lists the same)."""
 
@@ -65,17 +79,29 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             paths.sid_map,
             *(paths.split(s) for s in ("train", "valid")),
         ]
+    if stage == "grpo":
+        return [
+            paths.validated("items"),
+            paths.sid_map,
+            paths.item_emb,
+            *(paths.split(s) for s in ("train", "valid")),
+            *_files(paths.sft_model),
+        ]
     if stage == "evaluate":
-        model_files = (
-            sorted(p for p in paths.sft_model.glob("*") if p.is_file())
-            if paths.sft_model.is_dir()
-            else []
-        )
         return [
             paths.validated("items"),
             paths.sid_map,
             *(paths.split(s) for s in ("train", "valid", "test")),
-            *model_files,
+            *_files(paths.sft_model),
+            *(_files(paths.grpo_model) if settings.grpo.enabled else []),
+        ]
+    if stage == "register":
+        return [
+            paths.metrics("eval"),
+            paths.validated("items"),
+            paths.sid_map,
+            *_files(paths.sft_model),
+            *(_files(paths.grpo_model) if settings.grpo.enabled else []),
         ]
     files = [paths.item_emb, paths.item_emb_manifest, paths.validated("items")]
     if settings.sids.incremental:  # incremental mode extends the existing map
@@ -83,6 +109,11 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
     if settings.sids.import_index is not None:
         files.append(settings.sids.import_index)
     return files
+
+
+def _files(folder: Path) -> list[Path]:
+    """The files of a model folder (none if it does not exist yet)."""
+    return sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
 
 
 def stage_fingerprint(stage: Stage, settings: Settings) -> str:

@@ -1,5 +1,5 @@
 """Stage 8 — evaluate: HR@K / NDCG@K over the full catalog on the valid and test splits, for
-the SFT model (constrained beam search over the SID map) and, trained on the same split in
+the SFT and GRPO models (constrained beam search over the SID map) and, trained on the same split in
 the same run, the popularity and SASRec baselines. Writes ``metrics/eval.json``.
 """
 
@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from prefect import task
-from tqdm.auto import tqdm
 
 from models.baselines import catalog_index, encode_targets
 from models.baselines.popularity import Popularity
 from models.baselines.sasrec import SASRecConfig, recommend, train_sasrec
-from models.constrained import SidTrie, generate_sids
+from models.constrained import SidTrie, rank_items
 from models.lm import load_model_dir
 from models.metrics import rank_metrics
 from models.prompts import PromptBuilder
@@ -35,18 +34,23 @@ log = logging.getLogger(__name__)
 EVAL_SPLITS = ("valid", "test")
 
 
-class SftRecommender:
-    """The fine-tuned model behind constrained beam search over the catalog's SIDs."""
+def catalog_trie(sid_map: SidMap, item_ids: list[str], tokenizer: Any, path: Path) -> SidTrie:
+    """The catalog's SIDs as token ids of a model's tokenizer (rows in catalog order); a clear
+    error when the model folder at ``path`` was not trained with this SID map."""
+    try:
+        return SidTrie.from_sid_map({i: sid_map[i] for i in item_ids}, tokenizer)
+    except ValueError as exc:
+        raise InputError(
+            f"the SID map does not match the model's tokenizer: {exc}", path=path
+        ) from None
 
-    def __init__(self, settings: Settings, sid_map: SidMap, item_ids: list[str]):
-        path = settings.paths.sft_model
+
+class SidRecommender:
+    """A SID-generating model (SFT or GRPO) behind constrained beam search over the catalog."""
+
+    def __init__(self, path: Path, settings: Settings, sid_map: SidMap, item_ids: list[str]):
         self.model, self.tokenizer = load_model_dir(path)
-        try:
-            self.trie = SidTrie.from_sid_map({i: sid_map[i] for i in item_ids}, self.tokenizer)
-        except ValueError as exc:
-            raise InputError(
-                f"the SID map does not match the model's tokenizer: {exc}", path=path
-            ) from None
+        self.trie = catalog_trie(sid_map, item_ids, self.tokenizer, path)
         titles = dict.fromkeys(item_ids, "")  # evaluation prompts use SIDs only
         self.prompts = PromptBuilder(
             tokenizer=self.tokenizer,
@@ -60,22 +64,17 @@ class SftRecommender:
         """(rows × k) catalog indices, best first (-1 = invalid SID), and the truncated-prompt count."""
         before = self.prompts.truncated
         prompts = [self.prompts.history_prompt(h) for h in histories]
-        chunks = []
-        for start in tqdm(
-            range(0, len(prompts), self.cfg.batch_size), desc="beam search", leave=False
-        ):
-            with torch.no_grad():
-                out = generate_sids(
-                    self.model,
-                    self.tokenizer,
-                    prompts[start : start + self.cfg.batch_size],
-                    self.trie,
-                    num_beams=self.cfg.num_beams,
-                    top_k=k,
-                    max_prompt_tokens=self.prompts.max_prompt,
-                )
-            chunks.append(out.items.cpu().numpy())
-        return np.concatenate(chunks), self.prompts.truncated - before
+        items = rank_items(
+            self.model,
+            self.tokenizer,
+            prompts,
+            self.trie,
+            num_beams=self.cfg.num_beams,
+            top_k=k,
+            batch_size=self.cfg.batch_size,
+            max_prompt_tokens=self.prompts.max_prompt,
+        )
+        return items, self.prompts.truncated - before
 
 
 def evaluate(settings: Settings) -> StageResult:
@@ -105,7 +104,9 @@ def evaluate(settings: Settings) -> StageResult:
             seed=settings.project.seed,
         ),
     )
-    sft_model = SftRecommender(settings, sid_map, item_ids)
+    generators = {"sft": SidRecommender(paths.sft_model, settings, sid_map, item_ids)}
+    if settings.grpo.enabled:
+        generators["grpo"] = SidRecommender(paths.grpo_model, settings, sid_map, item_ids)
     report: dict[str, Any] = {
         "dataset": settings.project.dataset,
         "ks": list(cfg.ks),
@@ -114,15 +115,16 @@ def evaluate(settings: Settings) -> StageResult:
     for name in EVAL_SPLITS:
         split = splits[name]
         targets = encode_targets(list(split["target"]), index, f"{name} targets")
-        sft_items, truncated = sft_model.topk([list(h) for h in split["history"]], k)
         rows = {
             "popularity": rank_metrics(popularity.recommend(len(split), k), targets, cfg.ks),
             "sasrec": rank_metrics(
                 recommend(sasrec.model, list(split["history"]), k), targets, cfg.ks
             ),
-            "sft": rank_metrics(sft_items, targets, cfg.ks),
         }
-        rows["sft"]["invalid_rate"] = float((sft_items < 0).mean())
+        for model_name, generator in generators.items():
+            items, truncated = generator.topk([list(h) for h in split["history"]], k)
+            rows[model_name] = rank_metrics(items, targets, cfg.ks)
+            rows[model_name]["invalid_rate"] = float((items < 0).mean())
         report[name] = {model: {m: round(v, 6) for m, v in r.items()} for model, r in rows.items()}
         report[f"{name}_rows"] = len(split)
         report[f"{name}_truncated_prompts"] = truncated

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from prefect import task
 
-from models.lm import add_sid_tokens, build_tiny, load_pretrained, train_tokenizer
+from models.lm import add_sid_tokens, build_tiny, load_pretrained, save_model_dir, train_tokenizer
 from models.prompts import (
     Example,
     PromptBuilder,
@@ -203,7 +200,7 @@ def sft(settings: Settings) -> StageResult:
     )
     result = trainer.train()
     eval_metrics = trainer.evaluate()
-    save_model(trainer.model, tokenizer, paths.sft_model)
+    save_model_dir(trainer.model, tokenizer, paths.sft_model)
     metrics = {
         "dataset": settings.project.dataset,
         "preset": settings.model.preset,
@@ -221,25 +218,6 @@ def sft(settings: Settings) -> StageResult:
     return StageResult.from_files(
         "sft", [paths.sft_model / "config.json", paths.metrics("sft")], metrics
     )
-
-
-def save_model(model: Any, tokenizer: Any, target: Path) -> None:
-    """Write a self-contained from_pretrained folder, replacing ``target`` only when complete."""
-    if hasattr(model, "merge_and_unload"):  # LoRA: fold the adapter into the weights
-        model = model.merge_and_unload()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if target.exists():
-            target.rename(old)
-        staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 @task(name="sft", cache_policy=StageCache(stage="sft"), persist_result=True)

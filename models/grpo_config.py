@@ -1,0 +1,50 @@
+"""Configuration of :class:`models.grpo_trainer.SidGRPOTrainer`: TRL's ``GRPOConfig`` plus the
+rollout options of constrained SID generation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+ROLLOUTS = ("beam", "sample", "dynamic")
+
+
+@dataclass
+class SidGRPOConfig(GRPOConfig):
+    """Everything TRL's ``GRPOConfig`` offers (loss_type, importance_sampling_level for GSPO,
+    beta, num_iterations, epsilon / epsilon_high, scale_rewards, reward_weights, ...) and:"""
+
+    # --- rollouts (MiniOneRec / ReRe samplers; all use the SID-trie logits processor)
+    rollout: str = field(
+        default="beam",
+        metadata={
+            "help": "beam: each group is the G best distinct catalog items by constrained beam search "
+            "(deterministic: the update is an advantage-weighted ranking step, not an on-policy "
+            "sample). sample: G constrained temperature samples (items may repeat). dynamic: "
+            "oversample constrained samples and keep G distinct items."
+        },
+    )
+    oversample: float = field(
+        default=1.5,
+        metadata={"help": "dynamic: samples drawn per prompt as a multiple of num_generations."},
+    )
+    ensure_target: bool = field(
+        default=False,
+        metadata={
+            "help": "dynamic: replace the last item of a group that misses the target by it."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.rollout not in ROLLOUTS:
+            raise ValueError(f"rollout must be one of {ROLLOUTS}, got {self.rollout!r}")
+        if self.oversample < 1.0:
+            raise ValueError(f"oversample must be >= 1 (a multiple of G), got {self.oversample}")
+        if self.use_vllm and self.rollout != "sample":
+            raise ValueError(
+                "vLLM rollouts are constrained temperature samples (rollout 'sample'); beam and "
+                "dynamic rollouts run on transformers' generate: set use_vllm false or rollout 'sample'"
+            )
+        # TRL checks that the generation batch holds whole groups of num_generations completions
+        super().__post_init__()

@@ -1,0 +1,286 @@
+"""GRPO over semantic IDs: TRL's ``GRPOTrainer`` with constrained rollouts.
+
+One narrow override of the generation step (``_generate_single_turn``): prompts arrive as G
+consecutive copies; the trainer generates once per distinct prompt, through the SID-trie
+logits processor, so every completion is a catalog item's SID followed by EOS:
+
+- ``beam`` (MiniOneRec / ReRe): the G best distinct items by constrained beam search, best
+  first. Beam top-G is deterministic, not a sample from the policy: the GRPO objective then
+  acts as an advantage-weighted ranking update over the policy's own top-G.
+- ``sample``: G constrained temperature samples (items may repeat).
+- ``dynamic``: ``oversample`` × G constrained samples, G distinct items kept (most likely
+  first), optionally with the target put into a group that misses it.
+
+Two more small overrides hand the rollout facts to the rewards: the catalog row of each
+completion (``completion_item``) and its rank in the group (``rank``) become columns, and the
+batch's targets are read for ``ensure_target``. Rewards, advantages, losses (grpo, dapo,
+dr_grpo, bnpo, GSPO), the reference model and logging are TRL's own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+import trl
+from transformers import LogitsProcessorList
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from models.constrained import SidConstrainedLogitsProcessor, SidTrie, generate_sids
+from models.grpo_config import SidGRPOConfig
+
+log = logging.getLogger(__name__)
+
+TESTED_TRL = "1.16.0"
+"""The TRL release whose ``GRPOTrainer._generate_single_turn`` this subclass overrides."""
+_OVERRIDDEN = ("_generate_single_turn", "_generate_and_score_completions", "_calculate_rewards")
+
+
+def check_trl_version(version: str = trl.__version__) -> None:
+    """Fail clearly on a TRL whose private generation API this override was not tested with."""
+    if version != TESTED_TRL:
+        raise RuntimeError(
+            f"SidGRPOTrainer overrides GRPOTrainer.{', '.join(_OVERRIDDEN)} of trl=={TESTED_TRL}, "
+            f"but trl {version} is installed; these private methods change between releases. "
+            f"Install the pinned set (pip install -c constraints.txt trl=={TESTED_TRL}) or re-check "
+            "the override against the new trainer before changing the pin."
+        )
+    signature = inspect.signature(GRPOTrainer._generate_single_turn)
+    expected = ["self", "prompt_ids", "images", "multimodal_fields", "num_generations"]
+    if list(signature.parameters)[: len(expected)] != expected:
+        raise RuntimeError(
+            f"GRPOTrainer._generate_single_turn{signature} no longer matches the tested "
+            f"signature; SidGRPOTrainer needs updating for this TRL"
+        )
+
+
+class RolloutRewards(NamedTuple):
+    """One scored generation batch, one entry per completion (groups of G consecutive rows)."""
+
+    step: int
+    inputs: list[dict[str, Any]]
+    items: list[int]
+    ranks: list[int]
+    rewards: torch.Tensor
+    """(completions, reward functions), NaN where a function could not score."""
+    names: list[str]
+
+
+class SidGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose rollouts are constrained to the catalog's SIDs (see module doc)."""
+
+    def __init__(
+        self,
+        *,
+        trie: SidTrie,
+        args: SidGRPOConfig,
+        on_rewards: Callable[[RolloutRewards], None] | None = None,
+        **kwargs: Any,
+    ):
+        """``trie``: the catalog's SIDs as token ids of ``processing_class``. ``on_rewards``:
+        called with every scored generation batch (e.g. to log sample tables). Every other
+        keyword goes to ``GRPOTrainer`` (model, reward_funcs, train_dataset, processing_class, ...)."""
+        check_trl_version()
+        super().__init__(args=args, **kwargs)
+        if args.num_generations is not None and args.num_generations > trie.n_items:
+            raise ValueError(
+                f"num_generations={args.num_generations} exceeds the catalog ({trie.n_items} "
+                "items): a group cannot hold G distinct valid items"
+            )
+        self.sid_args = args  # typed: self.args is TrainingArguments to type checkers
+        self.sid_tokenizer: Any = self.processing_class
+        self.trie = trie
+        self.on_rewards = on_rewards
+        self._rollout: dict[str, list[int]] = {}
+        self._batch_targets: list[int] | None = None
+
+    # --- the three overrides
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        # remember the targets of this generation batch (dynamic rollouts with ensure_target)
+        self._batch_targets = [int(x["target_index"]) for x in inputs] if inputs else None
+        return super()._generate_and_score_completions(inputs)
+
+    def _calculate_rewards(
+        self, inputs: list[dict[str, Any]], prompts: Any, completions: Any, completion_ids_list: Any
+    ) -> torch.Tensor:
+        for i, row in enumerate(inputs):
+            row["completion_item"] = self._rollout["items"][i]
+            row["rank"] = self._rollout["ranks"][i]
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.on_rewards is not None:
+            self.on_rewards(
+                RolloutRewards(
+                    step=self.state.global_step,
+                    inputs=inputs,
+                    items=self._rollout["items"],
+                    ranks=self._rollout["ranks"],
+                    rewards=rewards.detach().cpu(),
+                    names=list(self.reward_func_names),
+                )
+            )
+        return rewards
+
+    def _generate_single_turn(
+        self,
+        prompt_ids: list[list[int]],
+        images: Any,
+        multimodal_fields: Any,
+        num_generations: int,
+        has_tool_images: bool = False,
+    ) -> tuple[list[list[int]], Any]:
+        if (
+            self.use_vllm
+        ):  # vLLM samples under TRL's regex constraint (vllm_structured_outputs_regex)
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+            items = self._items_of(completion_ids)
+            ranks = list(range(num_generations)) * (len(items) // num_generations)
+            self._record(items, ranks, num_generations)
+            return completion_ids, logprobs
+        g = num_generations
+        unique = _distinct_prompts(prompt_ids, g)
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.sid_args.ds3_gather_for_generation,
+            ) as model,
+            torch.no_grad(),
+        ):
+            groups = self._rollout_items(model, unique, g)  # (prompts, G), best first
+        flat = groups.flatten().tolist()
+        self._record(flat, list(range(g)) * len(unique), g)
+        eos = self.sid_tokenizer.eos_token_id
+        tokens = self.trie.sid_token_ids
+        return [[*tokens[i].tolist(), eos] for i in flat], None
+
+    # --- rollouts
+
+    def _rollout_items(self, model: Any, prompts: list[list[int]], g: int) -> torch.Tensor:
+        args = self.sid_args
+        batch = _left_pad(prompts, self._pad_id)
+        if args.rollout == "beam":
+            out = generate_sids(
+                model,
+                self.sid_tokenizer,
+                batch,
+                self.trie,
+                num_beams=g,
+                top_k=g,
+                max_prompt_tokens=batch["input_ids"].shape[1],
+            )
+            return out.items.cpu()
+        n = g if args.rollout == "sample" else math.ceil(args.oversample * g)
+        items, scores = self._sample(model, batch, n)
+        if args.rollout == "sample":
+            order = scores.argsort(dim=1, descending=True)  # rank = likelihood order in the group
+            return items.gather(1, order)
+        targets = self._batch_targets[::g] if args.ensure_target and self._batch_targets else None
+        return _distinct_groups(items, scores, g, targets)
+
+    def _sample(
+        self, model: Any, batch: dict[str, torch.Tensor], n: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(prompts, n) constrained samples and their sequence log-probabilities."""
+        processor = SidConstrainedLogitsProcessor(
+            trie=self.trie, eos_token_id=self.sid_tokenizer.eos_token_id, inplace=False
+        )
+        device = model.device
+        out = model.generate(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+            logits_processor=LogitsProcessorList([processor]),
+            do_sample=True,
+            temperature=self.sid_args.temperature,
+            top_k=0,
+            top_p=1.0,
+            num_return_sequences=n,
+            max_new_tokens=self.trie.levels + 1,
+            pad_token_id=self._pad_id,
+            eos_token_id=self.sid_tokenizer.eos_token_id,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        levels = self.trie.levels
+        generated = out.sequences[:, batch["input_ids"].shape[1] :]
+        items = self.trie.item_index(generated[:, :levels])
+        if bool((items < 0).any()):
+            raise RuntimeError("constrained sampling produced a SID outside the catalog")
+        logp = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        scores = logp[:, :levels].sum(1)
+        rows = batch["input_ids"].shape[0]
+        return items.view(rows, n).cpu(), scores.view(rows, n).float().cpu()
+
+    # --- bookkeeping
+
+    @property
+    def _pad_id(self) -> int:
+        tok = self.sid_tokenizer
+        return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+    def _items_of(self, completion_ids: list[list[int]]) -> list[int]:
+        levels = self.trie.levels
+        sids = torch.tensor([(ids + [-1] * levels)[:levels] for ids in completion_ids])
+        return self.trie.item_index(sids).tolist()
+
+    def _record(self, items: list[int], ranks: list[int], g: int) -> None:
+        """Keep the rollout's items and ranks for the rewards; log group diversity."""
+        self._rollout = {"items": items, "ranks": ranks}
+        groups = torch.tensor(items).view(-1, g)
+        first_codes = self.trie.sid_token_ids[groups.clamp(min=0), 0]
+        model: Any = self.model
+        metrics = self._metrics["train" if model.training else "eval"]
+        metrics["rollout/distinct_items"].append(_distinct_per_row(groups) / g)
+        metrics["rollout/distinct_first_codes"].append(_distinct_per_row(first_codes))
+        metrics["rollout/invalid_rate"].append(float((groups < 0).float().mean()))
+
+
+def _distinct_prompts(prompt_ids: list[list[int]], g: int) -> list[list[int]]:
+    """The distinct prompts of a batch where each arrives as G consecutive copies."""
+    if len(prompt_ids) % g:
+        raise ValueError(f"{len(prompt_ids)} prompts cannot form groups of num_generations={g}")
+    unique = prompt_ids[::g]
+    for i, prompt in enumerate(unique):
+        if any(prompt_ids[i * g + j] != prompt for j in range(1, g)):
+            raise ValueError(
+                "prompts must arrive as num_generations consecutive copies (TRL's sampler)"
+            )
+    return unique
+
+
+def _left_pad(prompts: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.int64)
+    mask = torch.zeros((len(prompts), width), dtype=torch.int64)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _distinct_groups(
+    items: torch.Tensor, scores: torch.Tensor, g: int, targets: list[int] | None
+) -> torch.Tensor:
+    """Per row: the distinct sampled items, most likely first, cut to G; rows with fewer than G
+    distinct items are topped up by repeating them (best first). With ``targets``, a group that
+    misses its target gets it in the last place."""
+    groups = []
+    for row in range(items.shape[0]):
+        order = scores[row].argsort(descending=True)
+        distinct = list(dict.fromkeys(items[row, order].tolist()))
+        group = (distinct * math.ceil(g / len(distinct)))[:g]
+        if targets is not None and targets[row] not in group:
+            group[-1] = targets[row]
+        groups.append(group)
+    return torch.tensor(groups, dtype=torch.int64)
+
+
+def _distinct_per_row(groups: torch.Tensor) -> float:
+    return float(sum(len(set(row.tolist())) for row in groups) / max(1, len(groups)))

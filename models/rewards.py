@@ -1,0 +1,151 @@
+"""Rewards for GRPO over semantic IDs, each a plain callable with TRL's reward signature.
+
+TRL calls ``reward(prompts=..., completions=..., completion_ids=..., **columns)`` where
+``columns`` are the dataset's columns repeated per completion. The rollout step of
+:class:`models.grpo_trainer.SidGRPOTrainer` adds two more: ``completion_item`` (the catalog
+row of the generated SID, -1 if it is not an item) and ``rank`` (its place in the group, 0 =
+best beam). Targets come per sample from the ``target_index`` column, never from a
+prompt → target lookup (users with identical histories have different targets).
+
+A reward returns one float per completion, or None where it cannot score one (TRL treats
+None as NaN and leaves it out of the group baseline).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+RewardFunc = Callable[..., list[float | None]]
+
+
+def rule_reward(
+    completions: Sequence[Any],
+    *,
+    completion_item: Sequence[int],
+    target_index: Sequence[int],
+    **_: Any,
+) -> list[float | None]:
+    """1 for the exact target item, else 0."""
+    return [
+        float(item == target) for item, target in zip(completion_item, target_index, strict=True)
+    ]
+
+
+def rank_penalties(num_generations: int) -> list[float]:
+    """MiniOneRec's NDCG-style weights for wrong items: -(1/log2(r+2)) normalized over the
+    group, so a wrong item at the top of the beam costs most and the penalties sum to -1."""
+    weights = [1.0 / math.log2(r + 2) for r in range(num_generations)]
+    total = sum(weights)
+    return [-w / total for w in weights]
+
+
+def ranking_reward(
+    completions: Sequence[Any],
+    *,
+    completion_item: Sequence[int],
+    target_index: Sequence[int],
+    rank: Sequence[int],
+    num_generations: int,
+    **_: Any,
+) -> list[float | None]:
+    """Rank-aware reward (MiniOneRec's ``ranking``): the rule reward, plus, in a group that
+    contains the target, a penalty for each wrong item by its beam rank. A group that misses
+    the target gets 0 everywhere (no signal to rank against)."""
+    penalty = rank_penalties(num_generations)
+    hits = [item == target for item, target in zip(completion_item, target_index, strict=True)]
+    rewards: list[float | None] = []
+    for start in range(0, len(hits), num_generations):
+        group = slice(start, start + num_generations)
+        found = any(hits[group])
+        for hit, r in zip(hits[group], rank[group], strict=True):
+            rewards.append(1.0 if hit else (penalty[min(r, num_generations - 1)] if found else 0.0))
+    return rewards
+
+
+class CollaborativeReward:
+    """The SASRec baseline's probability of the generated item given the user's history
+    (softmax over the full catalog), so the policy is pulled towards collaboratively
+    plausible items even when it misses the exact target."""
+
+    __name__ = "collaborative_reward"
+
+    def __init__(self, *, model: Any, max_len: int):
+        """``model``: a trained :class:`models.baselines.sasrec.SASRec` (catalog order = item row)."""
+        self.model = model
+        self.max_len = max_len
+
+    def __call__(
+        self,
+        completions: Sequence[Any],
+        *,
+        completion_item: Sequence[int],
+        history_index: Sequence[Sequence[int]],
+        **_: Any,
+    ) -> list[float | None]:
+        from models.baselines.sasrec import _pad_left
+
+        keys = [tuple(h) for h in history_index]
+        unique = list(dict.fromkeys(keys))  # rows of one group share a history: score it once
+        device = next(self.model.parameters()).device
+        with self.model.inference():
+            hidden = self.model(_pad_left(unique, self.max_len).to(device))[:, -1]
+            probs = self.model.scores(hidden).float().softmax(-1).cpu().numpy()
+        row = {key: i for i, key in enumerate(unique)}
+        return [
+            float(probs[row[key], item]) if item >= 0 else None
+            for key, item in zip(keys, completion_item, strict=True)
+        ]
+
+
+class SemanticReward:
+    """Cosine similarity between the generated and the target item's text embeddings
+    (``item_emb.npy``: L2-normalized, row i = catalog item i), so near misses score above
+    unrelated items."""
+
+    __name__ = "semantic_reward"
+
+    def __init__(self, *, embeddings: np.ndarray):
+        emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32))
+        self.embeddings = torch.nn.functional.normalize(emb, dim=1)
+
+    def __call__(
+        self,
+        completions: Sequence[Any],
+        *,
+        completion_item: Sequence[int],
+        target_index: Sequence[int],
+        **_: Any,
+    ) -> list[float | None]:
+        items = torch.as_tensor(list(completion_item))
+        targets = torch.as_tensor(list(target_index))
+        valid = items >= 0
+        sims = (self.embeddings[items.clamp(min=0)] * self.embeddings[targets]).sum(1)
+        return [
+            float(s) if ok else None for s, ok in zip(sims.tolist(), valid.tolist(), strict=True)
+        ]
+
+
+class NonFiniteGuard:
+    """Wraps a reward so NaN/inf values become None (left out of the group baseline by TRL
+    instead of poisoning the step), counted in :attr:`count` and logged per call as
+    ``rewards/<name>/non_finite``."""
+
+    def __init__(self, func: RewardFunc, name: str):
+        self.func = func
+        self.__name__ = name
+        self.count = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        values = self.func(*args, **kwargs)
+        cleaned = [v if v is None or math.isfinite(v) else None for v in values]
+        bad = sum(v is not None and not math.isfinite(v) for v in values)
+        self.count += bad
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            log_metric(f"rewards/{self.__name__}/non_finite", float(bad))
+        return cleaned

@@ -1,0 +1,413 @@
+"""Stage 7 — grpo: reinforcement learning of the SFT model with TRL's GRPOTrainer.
+
+Rollouts are constrained to catalog SIDs (:mod:`models.grpo_trainer`), rewarded by the
+functions in :mod:`models.rewards`, and the model is scored on a fixed validation sample
+every ``grpo.eval_every`` steps; the best one by validation NDCG@10 (the SFT starting point
+included) is written to ``artifacts/grpo/<ds>/model``. Metrics: ``metrics/grpo.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import task
+
+from models.baselines import catalog_index, encode_histories, encode_targets
+from models.constrained import SidTrie, rank_items, sid_regex
+from models.grpo_trainer import RolloutRewards
+from models.lm import load_model_dir, replace_dir, save_model_dir
+from models.metrics import rank_metrics
+from models.prompts import PromptBuilder
+from models.rewards import (
+    CollaborativeReward,
+    NonFiniteGuard,
+    RewardFunc,
+    SemanticReward,
+    ranking_reward,
+    rule_reward,
+)
+from models.sid import sid_string
+from sidrec.config import Settings
+from sidrec.errors import ConfigError
+from sidrec.io import atomic_write_json, read_table
+from sidrec.orchestration import StageCache, publish_table
+from sidrec.schemas import SPLIT
+from sidrec.stage import StageResult
+from sidrec.tracking import tracking_uri
+from tasks.evaluate import catalog_trie
+from tasks.sft import load_catalog_and_map, recent_rows
+
+log = logging.getLogger(__name__)
+VALID_KS = (1, 5, 10)
+SampleSink = Callable[[int, list[dict[str, Any]]], None]
+
+
+def check_grpo_config(settings: Settings, n_items: int) -> None:
+    """Configuration errors that must stop the stage before any model is loaded."""
+    cfg = settings.grpo
+    if cfg.num_generations > n_items:
+        raise ConfigError(
+            f"grpo.num_generations ({cfg.num_generations}) exceeds the catalog ({n_items} items): "
+            "a group cannot hold that many distinct valid items; lower it"
+        )
+    if cfg.use_vllm:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "grpo.use_vllm needs a CUDA GPU: vLLM rollouts are for GPU workers "
+                "(pip install -e '.[gpu]'); set grpo.use_vllm false on CPU machines"
+            )
+        if cfg.rollout != "sample":
+            raise ConfigError("grpo.use_vllm supports rollout 'sample' only (vLLM samples)")
+
+
+def training_rows(
+    settings: Settings, builder: PromptBuilder, train: pd.DataFrame, index: dict[str, int]
+) -> list[dict[str, Any]]:
+    """One row per training prompt, with its own target (never looked up by prompt text)."""
+    rows = recent_rows(train, settings.grpo.rows_per_user)
+    histories = [list(h) for h in rows["history"]]
+    targets = encode_targets(list(rows["target"]), index, "train targets")
+    encoded = encode_histories(histories, index, "train histories")
+    return [
+        {
+            "prompt": builder.history_prompt(h),
+            "target_index": int(t),
+            "history_index": e,
+        }
+        for h, t, e in zip(histories, targets, encoded, strict=True)
+    ]
+
+
+def reward_functions(
+    settings: Settings, train: pd.DataFrame, valid: pd.DataFrame, item_ids: list[str]
+) -> tuple[list[NonFiniteGuard], list[float]]:
+    """The rewards with a weight > 0 (each NaN-guarded) and their weights."""
+    weights = settings.grpo.rewards
+    g = settings.grpo.num_generations
+    builders: dict[str, Callable[[], RewardFunc]] = {
+        "rule": lambda: rule_reward,
+        "ranking": lambda: partial(ranking_reward, num_generations=g),
+        "collaborative": lambda: _collaborative(settings, train, valid, item_ids),
+        "semantic": lambda: SemanticReward(embeddings=_embeddings(settings, len(item_ids))),
+    }
+    funcs, used = [], []
+    for name, build in builders.items():
+        weight = getattr(weights, name)
+        if weight > 0:
+            funcs.append(NonFiniteGuard(build(), name))
+            used.append(float(weight))
+    return funcs, used
+
+
+def _collaborative(
+    settings: Settings, train: pd.DataFrame, valid: pd.DataFrame, item_ids: list[str]
+) -> CollaborativeReward:
+    from models.baselines.sasrec import SASRecConfig, train_sasrec
+
+    config = SASRecConfig(
+        max_epochs=settings.evaluate.sasrec_max_epochs,
+        patience=settings.evaluate.sasrec_patience,
+        seed=settings.project.seed,
+    )
+    result = train_sasrec(train, valid, item_ids, config)
+    return CollaborativeReward(model=result.model, max_len=config.max_len)
+
+
+def _embeddings(settings: Settings, n_items: int) -> np.ndarray:
+    emb = np.load(settings.paths.item_emb)
+    if emb.shape[0] != n_items:
+        raise ConfigError(
+            f"{settings.paths.item_emb} has {emb.shape[0]} rows for {n_items} catalog items; "
+            "re-run `sidrec embed` (the semantic reward needs one row per item)"
+        )
+    return emb
+
+
+class ValidationSample:
+    """HR/NDCG@K of a model on a fixed sample of the validation split (full-catalog ranking)."""
+
+    def __init__(
+        self, settings: Settings, builder: PromptBuilder, valid: pd.DataFrame, index: dict[str, int]
+    ):
+        n = min(settings.grpo.eval_users, len(valid))
+        sample = valid.sample(n=n, random_state=settings.project.seed)
+        self.prompts = [builder.history_prompt(list(h)) for h in sample["history"]]
+        self.targets = encode_targets(list(sample["target"]), index, "valid targets")
+        self.max_prompt = builder.max_prompt
+        self.batch_size = settings.evaluate.batch_size
+
+    def __call__(self, model: Any, tokenizer: Any, trie: SidTrie) -> dict[str, float]:
+        k = max(VALID_KS)
+        items = rank_items(
+            model,
+            tokenizer,
+            self.prompts,
+            trie,
+            num_beams=k,
+            top_k=k,
+            batch_size=self.batch_size,
+            max_prompt_tokens=self.max_prompt,
+        )
+        return rank_metrics(items, self.targets, VALID_KS)
+
+
+def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResult:
+    """Train the SFT model further with GRPO; ``on_samples(step, rows)`` receives each sample table."""
+    import torch
+    from datasets import Dataset
+
+    from models.grpo_callbacks import ValidationCallback
+    from models.grpo_config import SidGRPOConfig
+    from models.grpo_trainer import SidGRPOTrainer
+
+    cfg, paths = settings.grpo, settings.paths
+    if not cfg.enabled:
+        raise ConfigError("grpo.enabled is false: the grpo stage is switched off in params.yaml")
+    items, sid_map = load_catalog_and_map(settings)
+    item_ids = items["item_id"].tolist()
+    check_grpo_config(settings, len(item_ids))
+    train = read_table(paths.split("train"), SPLIT, "train split")
+    valid = read_table(paths.split("valid"), SPLIT, "valid split")
+    model, tokenizer = load_model_dir(paths.sft_model)
+    trie = catalog_trie(sid_map, item_ids, tokenizer, paths.sft_model)
+    titles = dict(zip(item_ids, items["title"].astype(str), strict=True))
+    builder = PromptBuilder(
+        tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
+    )
+    index = catalog_index(item_ids)
+    rows = training_rows(settings, builder, train, index)
+    validation = ValidationSample(settings, builder, valid, index)
+    rewards, weights = reward_functions(settings, train, valid, item_ids)
+
+    gpu = torch.cuda.is_available()
+    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
+    os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", f"sidrec-{settings.project.dataset}")
+    try:
+        args = SidGRPOConfig(
+            output_dir=str(paths.grpo_dir / "checkpoints"),
+            rollout=cfg.rollout,
+            oversample=cfg.oversample,
+            ensure_target=cfg.ensure_target,
+            num_generations=cfg.num_generations,
+            per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+            gradient_accumulation_steps=1,
+            max_completion_length=trie.levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
+            max_steps=cfg.max_steps,
+            learning_rate=cfg.learning_rate,
+            weight_decay=cfg.weight_decay,
+            beta=cfg.beta,
+            loss_type=cfg.loss_type,
+            importance_sampling_level=cfg.importance_sampling_level,
+            num_iterations=cfg.num_iterations,
+            epsilon=cfg.epsilon,
+            epsilon_high=cfg.epsilon_high,
+            scale_rewards=cfg.scale_rewards,
+            reward_weights=weights,
+            temperature=cfg.temperature,
+            use_vllm=cfg.use_vllm,
+            vllm_mode="colocate",
+            vllm_structured_outputs_regex=(
+                sid_regex([sid_string(sid_map[i]) for i in item_ids]) if cfg.use_vllm else None
+            ),
+            logging_steps=max(1, min(10, cfg.max_steps // 10)),
+            save_strategy="no",  # the best model by validation NDCG@10 is kept instead
+            report_to=["mlflow"],
+            run_name="grpo",
+            seed=settings.project.seed,
+            remove_unused_columns=False,  # target_index / history_index reach the rewards
+            dataloader_num_workers=0,
+            bf16=gpu and torch.cuda.is_bf16_supported(),
+            use_cpu=not gpu,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"grpo: {exc}") from None
+
+    best_dir = paths.grpo_dir / ".best"
+    shutil.rmtree(best_dir, ignore_errors=True)
+    validator = ValidationCallback(
+        evaluate=lambda m: validation(m, tokenizer, trie),
+        save_best=lambda m: save_model_dir(m, tokenizer, best_dir),
+        every=cfg.eval_every,
+    )
+    samples = SampleTables(settings, item_ids, titles, on_samples)
+    trainer = SidGRPOTrainer(
+        model=model,
+        trie=trie,
+        args=args,
+        reward_funcs=list(rewards),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_lora(settings),
+        callbacks=[validator],
+        on_rewards=samples,
+    )
+    started = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - started
+    assert validator.best is not None, "validation runs before the first step"
+    replace_dir(best_dir, paths.grpo_model)
+
+    metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
+    atomic_write_json(paths.metrics("grpo"), metrics)
+    return StageResult.from_files(
+        "grpo", [paths.grpo_model / "config.json", paths.metrics("grpo")], metrics
+    )
+
+
+def _lora(settings: Settings) -> Any:
+    if not settings.model.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = settings.model.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+class SampleTables:
+    """Every ``grpo.log_samples_every`` steps: a table of prompts (as recent titles), the
+    completions as item titles, their rank and rewards — to MLflow and to ``on_samples``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        item_ids: list[str],
+        titles: dict[str, str],
+        sink: SampleSink | None,
+    ):
+        self.every = settings.grpo.log_samples_every
+        self.rows = settings.grpo.sample_rows
+        self.g = settings.grpo.num_generations
+        self.titles = [titles[i] for i in item_ids]
+        self.sink = sink
+        self.tables = 0
+
+    def __call__(self, batch: RolloutRewards) -> None:
+        if batch.step % self.every:
+            return
+        rows = []
+        for i in range(min(len(batch.items), self.rows * self.g)):
+            row = batch.inputs[i]
+            history = [self.titles[h] for h in row["history_index"][-3:]]
+            rows.append(
+                {
+                    "step": batch.step,
+                    "group": i // self.g,
+                    "recent history": " | ".join(history),
+                    "target": self.titles[row["target_index"]],
+                    "rank": batch.ranks[i],
+                    "completion": self.titles[batch.items[i]]
+                    if batch.items[i] >= 0
+                    else "<invalid>",
+                    **{
+                        name: round(float(v), 4)
+                        for name, v in zip(batch.names, batch.rewards[i].tolist(), strict=True)
+                    },
+                }
+            )
+        self.tables += 1
+        _log_table(rows, f"grpo_samples/step_{batch.step:06d}.json")
+        if self.sink is not None:
+            self.sink(batch.step, rows)
+
+
+def _log_table(rows: list[dict[str, Any]], artifact_file: str) -> None:
+    import mlflow
+
+    if mlflow.active_run() is not None:
+        mlflow.log_table(data=pd.DataFrame(rows), artifact_file=artifact_file)
+
+
+def _metrics(
+    settings: Settings,
+    trainer: Any,
+    validator: Any,
+    rewards: list[NonFiniteGuard],
+    n_rows: int,
+    seconds: float,
+    result: Any,
+) -> dict[str, Any]:
+    cfg = settings.grpo
+    logs = [e for e in trainer.state.log_history if "reward" in e]
+
+    def mean_of(key: str) -> float | None:
+        values = [e[key] for e in logs if key in e]
+        return round(float(np.mean(values)), 5) if values else None
+
+    start, best = validator.history[0], validator.best
+    return {
+        "dataset": settings.project.dataset,
+        "rollout": cfg.rollout,
+        "num_generations": cfg.num_generations,
+        "prompts_per_step": cfg.prompts_per_step,
+        "loss_type": cfg.loss_type,
+        "rewards": {
+            f.__name__: w for f, w in zip(rewards, trainer.reward_weights.tolist(), strict=True)
+        },
+        "train_prompts": n_rows,
+        "steps": int(result.global_step),
+        "train_seconds": round(seconds, 1),
+        "seconds_per_step": round(seconds / max(1, result.global_step), 3),
+        "reward_first": logs[0]["reward"] if logs else None,
+        "reward_last": logs[-1]["reward"] if logs else None,
+        "distinct_items_per_group": mean_of("rollout/distinct_items"),
+        "non_finite_rewards": int(sum(f.count for f in rewards)),
+        "valid_start": {k: round(v, 5) for k, v in start.items() if k != "step"},
+        "valid_best": {k: round(v, 5) for k, v in best.items() if k != "step"},
+        "best_step": int(best["step"]),
+        "valid_history": [{k: round(v, 5) for k, v in r.items()} for r in validator.history],
+    }
+
+
+@task(name="grpo", cache_policy=StageCache(stage="grpo"), persist_result=True)
+def grpo_task(settings: Settings) -> StageResult:
+    dataset = settings.project.dataset
+
+    def publish(step: int, rows: list[dict[str, Any]]) -> None:
+        publish_table(
+            "grpo-samples", dataset, rows, description=f"GRPO rollouts and rewards at step {step}"
+        )
+
+    result = grpo(settings, on_samples=publish)
+    m = result.metrics
+    publish_table(
+        "grpo",
+        dataset,
+        [
+            {"stat": k, "value": str(m[k])}
+            for k in (
+                "rollout",
+                "steps",
+                "train_seconds",
+                "reward_first",
+                "reward_last",
+                "distinct_items_per_group",
+                "non_finite_rewards",
+                "best_step",
+            )
+        ]
+        + [
+            {
+                "stat": f"valid {k} (start → best)",
+                "value": f"{m['valid_start'][k]} → {m['valid_best'][k]}",
+            }
+            for k in m["valid_best"]
+        ],
+        description="GRPO training",
+    )
+    return result

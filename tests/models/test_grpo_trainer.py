@@ -1,0 +1,190 @@
+"""SidGRPOTrainer on a tiny random model: rollouts are distinct catalog items, a step trains."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+from datasets import Dataset
+
+from models.constrained import SidTrie
+from models.grpo_config import SidGRPOConfig
+from models.grpo_trainer import SidGRPOTrainer, check_trl_version
+from models.lm import add_sid_tokens, build_tiny, train_tokenizer
+from models.prompts import seq_rec_prompt
+from models.rewards import NonFiniteGuard, SemanticReward, ranking_reward, rule_reward
+
+LEVELS, K, N_ITEMS, G = 2, 6, 20, 4
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A random tiny Qwen2 with SID tokens, a catalog of 20 two-level SIDs and its trie."""
+    tokenizer = train_tokenizer([seq_rec_prompt([]), "The user interacted with"] * 5, 300)
+    add_sid_tokens(tokenizer, LEVELS, K)
+    sid_map = {f"i{n}": [n // K, n % K] for n in range(N_ITEMS)}
+    trie = SidTrie.from_sid_map(sid_map, tokenizer)
+    return tokenizer, sid_map, trie
+
+
+def _model(tokenizer):
+    return build_tiny(
+        tokenizer,
+        hidden_size=32,
+        layers=1,
+        heads=2,
+        kv_heads=1,
+        intermediate_size=64,
+        max_length=64,
+        seed=0,
+    )
+
+
+def _dataset(sid_map, rows=4):
+    items = list(sid_map)
+    return Dataset.from_list(
+        [
+            {
+                "prompt": seq_rec_prompt([sid_map[items[r]], sid_map[items[r + 1]]]),
+                "target_index": r + 2,
+                "history_index": [r, r + 1],
+            }
+            for r in range(rows)
+        ]
+    )
+
+
+def _trainer(tmp_path, tiny, *, rollout="beam", reward_funcs=None, steps=2, **extra):
+    tokenizer, sid_map, trie = tiny
+    options = {
+        "output_dir": str(tmp_path / "out"),
+        "rollout": rollout,
+        "num_generations": G,
+        "per_device_train_batch_size": 2 * G,
+        "max_completion_length": LEVELS + 1,
+        "max_steps": steps,
+        "learning_rate": 0.05,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "remove_unused_columns": False,
+        "seed": 0,
+    }
+    args = SidGRPOConfig(**(options | extra))
+    batches = []
+    # rule reward alone is 0 for a random model; a semantic reward over random embeddings
+    # gives every group a reward spread, hence a gradient
+    emb = torch.randn(N_ITEMS, 8, generator=torch.Generator().manual_seed(0)).numpy()
+    default = [rule_reward, SemanticReward(embeddings=emb)]
+    trainer = SidGRPOTrainer(
+        model=_model(tokenizer),
+        trie=trie,
+        args=args,
+        reward_funcs=reward_funcs or default,
+        train_dataset=_dataset(sid_map),
+        processing_class=tokenizer,
+        on_rewards=batches.append,
+    )
+    return trainer, batches
+
+
+@pytest.mark.parametrize("rollout", ["beam", "dynamic"])
+def test_a_step_changes_parameters_and_groups_are_distinct_valid_items(tmp_path, tiny, rollout):
+    trainer, batches = _trainer(tmp_path, tiny, rollout=rollout)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, "no parameter moved"
+    assert batches, "no rollout was scored"
+    for batch in batches:
+        groups = torch.tensor(batch.items).view(-1, G)
+        assert (groups >= 0).all() and (groups < N_ITEMS).all()  # every rollout is a catalog item
+        assert all(len(set(g.tolist())) == G for g in groups)  # ... and distinct in its group
+        assert batch.ranks == list(range(G)) * len(groups)
+    history = [e for e in trainer.state.log_history if "rollout/distinct_items" in e]
+    assert history and all(e["rollout/distinct_items"] == 1.0 for e in history)
+
+
+def test_beam_groups_are_the_constrained_top_g_best_first(tmp_path, tiny):
+    from models.constrained import generate_sids
+
+    tokenizer, _, trie = tiny
+    trainer, batches = _trainer(tmp_path, tiny, steps=1, learning_rate=0.0)
+    trainer.train()
+    first = batches[0]
+    prompts = [row["prompt"] for row in first.inputs[::G]]  # the batch's distinct prompts
+    expected = generate_sids(
+        trainer.model.eval(), tokenizer, prompts, trie, num_beams=G, top_k=G, max_prompt_tokens=64
+    )
+    assert first.items == expected.items.flatten().tolist()
+
+
+def test_sample_rollouts_are_valid_items(tmp_path, tiny):
+    trainer, batches = _trainer(tmp_path, tiny, rollout="sample", steps=1)
+    trainer.train()
+    assert all(0 <= i < N_ITEMS for i in batches[0].items)
+
+
+def test_dynamic_rollouts_can_put_the_target_into_each_group(tmp_path, tiny):
+    trainer, batches = _trainer(tmp_path, tiny, rollout="dynamic", steps=1, ensure_target=True)
+    trainer.train()
+    batch = batches[0]
+    for start in range(0, len(batch.items), G):
+        assert batch.inputs[start]["target_index"] in batch.items[start : start + G]
+
+
+def test_a_reward_returning_nan_is_counted_and_does_not_poison_the_step(tmp_path, tiny):
+    def flaky(completions, **_):
+        return [math.nan if i % 3 == 0 else 1.0 * (i % 2) for i in range(len(completions))]
+
+    guarded = NonFiniteGuard(flaky, "flaky")
+    trainer, _ = _trainer(tmp_path, tiny, reward_funcs=[rule_reward, guarded])
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert guarded.count > 0
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    logged = [e for e in trainer.state.log_history if "rewards/flaky/non_finite" in e]
+    assert logged and logged[0]["rewards/flaky/non_finite"] > 0
+    assert all(math.isfinite(e["loss"]) for e in trainer.state.log_history if "loss" in e)
+
+
+def test_generation_batch_must_hold_whole_groups(tmp_path):
+    with pytest.raises(ValueError, match="divisible by num_generations"):
+        SidGRPOConfig(
+            output_dir=str(tmp_path), num_generations=3, per_device_train_batch_size=4, use_cpu=True
+        )
+
+
+def test_more_generations_than_items_is_an_error(tmp_path, tiny):
+    tokenizer, sid_map, _ = tiny
+    small = SidTrie.from_sid_map(dict(list(sid_map.items())[:3]), tokenizer)
+    with pytest.raises(ValueError, match="exceeds the catalog"):
+        _trainer(tmp_path, (tokenizer, sid_map, small))
+
+
+def test_vllm_rollouts_must_sample(tmp_path):
+    with pytest.raises(ValueError, match="vLLM rollouts are constrained temperature samples"):
+        SidGRPOConfig(output_dir=str(tmp_path), use_vllm=True, rollout="beam", use_cpu=True)
+
+
+def test_an_untested_trl_version_fails_clearly():
+    check_trl_version()  # the installed, pinned one passes
+    with pytest.raises(RuntimeError, match=r"trl==1\.16\.0.*but trl 9\.9\.9 is installed"):
+        check_trl_version("9.9.9")
+
+
+def test_ranking_reward_runs_inside_the_trainer(tmp_path, tiny):
+    ranking = partial(ranking_reward, num_generations=G)
+    trainer, batches = _trainer(
+        tmp_path, tiny, rollout="dynamic", steps=1, ensure_target=True, reward_funcs=[ranking]
+    )
+    trainer.train()
+    rewards = batches[0].rewards[:, 0]
+    hits = torch.tensor(batches[0].items) == torch.tensor(
+        [row["target_index"] for row in batches[0].inputs]
+    )
+    assert torch.equal(rewards == 1.0, hits) and (rewards[~hits] < 0).all()

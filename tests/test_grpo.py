@@ -1,0 +1,91 @@
+"""The grpo stage on the small synthetic catalog of test_sft_evaluate (item i is followed by i+1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.lm import load_model_dir
+from models.sid import read_sid_map
+from sidrec.errors import ConfigError, InputError
+from tasks.evaluate import evaluate
+from tasks.grpo import grpo
+from tasks.sft import sft
+from tests.test_sft_evaluate import N_ITEMS, _settings, prepared  # noqa: F401  (fixture)
+
+GRPO = {
+    "num_generations": 4,
+    "prompts_per_step": 4,
+    "max_steps": 4,
+    "eval_every": 2,
+    "eval_users": 8,
+    "log_samples_every": 2,
+    "sample_rows": 2,
+    "learning_rate": 0.001,
+}
+
+
+def _grpo_settings(prepared, **grpo_extra):  # noqa: F811
+    return _settings(prepared.paths.data_dir.parent, grpo={**GRPO, **grpo_extra})
+
+
+@pytest.mark.slow
+def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(prepared):  # noqa: F811
+    settings = _grpo_settings(prepared, rewards={"ranking": 1.0, "semantic": 0.5})
+    sft(settings)
+    tables = []
+    result = grpo(settings, on_samples=lambda step, rows: tables.append((step, rows)))
+    m = json.loads(settings.paths.metrics("grpo").read_text())
+    assert m == json.loads(json.dumps(result.metrics))
+    assert m["steps"] == 4 and m["rollout"] == "beam"
+    assert [r["step"] for r in m["valid_history"]] == [0, 2, 4]  # SFT start, then every 2 steps
+    best = max(m["valid_history"], key=lambda r: r["ndcg@10"])
+    assert m["valid_best"]["ndcg@10"] == best["ndcg@10"] and m["best_step"] == best["step"]
+    assert m["distinct_items_per_group"] == 1.0 and m["non_finite_rewards"] == 0
+    assert set(m["rewards"]) == {"ranking", "semantic"}
+    assert [step for step, _ in tables] == [0, 2]
+    _, rows = tables[0]
+    assert len(rows) == 2 * 4 and {"target", "completion", "rank", "ranking", "semantic"} <= set(
+        rows[0]
+    )
+    _, tokenizer = load_model_dir(settings.paths.grpo_model)
+    assert tokenizer.convert_tokens_to_ids("<a_0>") != tokenizer.unk_token_id
+    assert not (settings.paths.grpo_dir / ".best").exists()
+
+    report = evaluate(settings).metrics
+    for split_name in ("valid", "test"):
+        assert set(report[split_name]) == {"popularity", "sasrec", "sft", "grpo"}
+        assert report[split_name]["grpo"]["invalid_rate"] == 0.0
+
+
+def test_more_generations_than_items_is_a_config_error_before_training(prepared):  # noqa: F811
+    settings = _grpo_settings(prepared, num_generations=N_ITEMS + 1)
+    with pytest.raises(
+        ConfigError, match=r"num_generations \(31\) exceeds the catalog \(30 items\)"
+    ):
+        grpo(settings)
+    assert not settings.paths.grpo_dir.exists()
+
+
+def test_vllm_rollouts_on_a_cpu_machine_are_a_config_error(prepared):  # noqa: F811
+    settings = _grpo_settings(prepared, use_vllm=True, rollout="sample")
+    with pytest.raises(ConfigError, match="grpo.use_vllm needs a CUDA GPU"):
+        grpo(settings)
+
+
+def test_grpo_needs_the_sft_model(prepared):  # noqa: F811
+    with pytest.raises(InputError, match="model folder not found"):
+        grpo(_grpo_settings(prepared))
+
+
+@pytest.mark.slow
+def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(prepared):  # noqa: F811
+    settings = _grpo_settings(prepared)
+    sft(settings)
+    sid_map = read_sid_map(settings.paths.sid_map)
+    sid_map["i0"] = [7, 99]  # <b_99> was never added to the SFT tokenizer
+    settings.paths.sid_map.write_text(json.dumps(sid_map))
+    with pytest.raises(InputError, match="does not match the model's tokenizer"):
+        grpo(settings)
+    assert not settings.paths.grpo_model.exists() and not settings.paths.metrics("grpo").exists()
