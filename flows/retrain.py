@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.common import save_run_config
+from flows.common import run_stage, save_run_config
 from flows.data import prepare_data
+from flows.dispatch import run_training
 from flows.sids import build_sids
-from flows.train import train_recommender
 from sidrec.config import load_settings
 from sidrec.stage import STAGES, Stage, StageResult
 
@@ -17,9 +17,11 @@ from sidrec.stage import STAGES, Stage, StageResult
 def retrain(
     config_path: str = "params.yaml",
     overrides: list[str] | None = None,
-    until: Stage = "evaluate",
+    until: Stage = STAGES[-1],
 ) -> dict[str, StageResult]:
-    """Load ``params.yaml`` (+ ``section.key=value`` overrides), save the resolved config, run the stages."""
+    """Load ``params.yaml`` (+ ``section.key=value`` overrides), save the resolved config, run
+    the stages: data → SIDs → training (inline, or on the gpu pool when
+    ``orchestration.gpu_deployment`` is set) → registration behind the promotion gate."""
     settings = load_settings(config_path, overrides or [])
     saved = save_run_config(settings, "retrain")
     get_run_logger().info(
@@ -29,7 +31,11 @@ def retrain(
     if _reaches(until, "embed"):
         results |= build_sids(settings, until=_clip(until, "sids"))
     if _reaches(until, "sft"):
-        results |= train_recommender(settings, until=_clip(until, "evaluate"))
+        results |= run_training(settings, config_path, overrides, _clip(until, "evaluate"))
+    if _reaches(until, "register") and settings.register_.enabled:
+        from tasks.register import register_task
+
+        results["register"] = run_stage(register_task, settings)
     return results
 
 

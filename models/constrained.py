@@ -415,11 +415,16 @@ def _left_padded(
     if any(len(e) == 0 for e in encoded):
         raise ValueError("empty prompt; every prompt needs at least one token")
     truncated = sum(len(e) > max_tokens for e in encoded)
-    encoded = [e[-max_tokens:] for e in encoded]
-    width = max(len(e) for e in encoded)
-    ids = torch.full((len(encoded), width), pad, dtype=torch.int64)
-    mask = torch.zeros((len(encoded), width), dtype=torch.int64)
-    for row, e in enumerate(encoded):
-        ids[row, width - len(e) :] = torch.tensor(e)
+    batch = left_pad([e[-max_tokens:] for e in encoded], pad)
+    return batch["input_ids"], batch["attention_mask"], truncated
+
+
+def left_pad(token_ids: Sequence[Sequence[int]], pad: int) -> dict[str, torch.Tensor]:
+    """Token id lists → left-padded ``input_ids`` and ``attention_mask`` (the prompts' ends align)."""
+    width = max(len(e) for e in token_ids)
+    ids = torch.full((len(token_ids), width), pad, dtype=torch.int64)
+    mask = torch.zeros((len(token_ids), width), dtype=torch.int64)
+    for row, e in enumerate(token_ids):
+        ids[row, width - len(e) :] = torch.tensor(list(e), dtype=torch.int64)
         mask[row, width - len(e) :] = 1
-    return ids, mask, truncated
+    return {"input_ids": ids, "attention_mask": mask}

@@ -31,7 +31,7 @@ from transformers import LogitsProcessorList
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from models.constrained import SidConstrainedLogitsProcessor, SidTrie, generate_sids
+from models.constrained import SidConstrainedLogitsProcessor, SidTrie, generate_sids, left_pad
 from models.grpo_config import SidGRPOConfig
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class SidGRPOTrainer(GRPOTrainer):
 
     def _rollout_items(self, model: Any, prompts: list[list[int]], g: int) -> torch.Tensor:
         args = self.sid_args
-        batch = _left_pad(prompts, self._pad_id)
+        batch = left_pad(prompts, self._pad_id)
         if args.rollout == "beam":
             out = generate_sids(
                 model,
@@ -253,16 +253,6 @@ def _distinct_prompts(prompt_ids: list[list[int]], g: int) -> list[list[int]]:
                 "prompts must arrive as num_generations consecutive copies (TRL's sampler)"
             )
     return unique
-
-
-def _left_pad(prompts: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.int64)
-    mask = torch.zeros((len(prompts), width), dtype=torch.int64)
-    for row, p in enumerate(prompts):
-        ids[row, width - len(p) :] = torch.tensor(p)
-        mask[row, width - len(p) :] = 1
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 def _distinct_groups(

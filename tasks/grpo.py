@@ -43,7 +43,7 @@ from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import tracking_uri
 from tasks.evaluate import catalog_trie
-from tasks.sft import load_catalog_and_map, recent_rows
+from tasks.sft import load_catalog_and_map, lora_config, recent_rows
 
 log = logging.getLogger(__name__)
 VALID_KS = (1, 5, 10)
@@ -247,7 +247,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         reward_funcs=list(rewards),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=_lora(settings),
+        peft_config=lora_config(settings),
         callbacks=[validator],
         on_rewards=samples,
     )
@@ -261,21 +261,6 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     atomic_write_json(paths.metrics("grpo"), metrics)
     return StageResult.from_files(
         "grpo", [paths.grpo_model / "config.json", paths.metrics("grpo")], metrics
-    )
-
-
-def _lora(settings: Settings) -> Any:
-    if not settings.model.lora.enabled:
-        return None
-    from peft import LoraConfig
-
-    lora = settings.model.lora
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
     )
 
 
@@ -366,6 +351,7 @@ def _metrics(
         "reward_first": logs[0]["reward"] if logs else None,
         "reward_last": logs[-1]["reward"] if logs else None,
         "distinct_items_per_group": mean_of("rollout/distinct_items"),
+        "step_times": [round(float(e["step_time"]), 4) for e in logs if "step_time" in e],
         "non_finite_rewards": int(sum(f.count for f in rewards)),
         "valid_start": {k: round(v, 5) for k, v in start.items() if k != "step"},
         "valid_best": {k: round(v, 5) for k, v in best.items() if k != "step"},

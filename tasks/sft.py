@@ -95,6 +95,23 @@ def build_model_and_tokenizer(
     return model, tokenizer
 
 
+def lora_config(settings: Settings, modules_to_save: list[str] | None = None) -> Any:
+    """peft's LoraConfig from ``model.lora`` (None when LoRA is off)."""
+    if not settings.model.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = settings.model.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        modules_to_save=modules_to_save,
+        task_type="CAUSAL_LM",
+    )
+
+
 def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
     """Each user's most recent ``per_user`` rows (all when None)."""
     if per_user is None:
@@ -177,19 +194,8 @@ def sft(settings: Settings) -> StageResult:
         bf16=gpu and torch.cuda.is_bf16_supported(),
         use_cpu=not gpu,
     )
-    peft_config = None
-    if settings.model.lora.enabled:
-        from peft import LoraConfig
-
-        lora = settings.model.lora
-        peft_config = LoraConfig(
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=lora.target_modules,
-            modules_to_save=["embed_tokens", "lm_head"],  # the new SID rows must learn
-            task_type="CAUSAL_LM",
-        )
+    # the new SID rows must learn: SFT trains the embeddings and output layer in full
+    peft_config = lora_config(settings, modules_to_save=["embed_tokens", "lm_head"])
     trainer = SFTTrainer(
         model=model,
         args=args,

@@ -52,11 +52,13 @@ def test_dvc_stages_match_code_params_and_paths():
         "embed": [str(paths.item_emb), str(paths.item_emb_manifest)],
         "sids": [str(paths.sids_dir)],
         "sft": [str(paths.sft_model)],
+        "grpo": [str(paths.grpo_model)],
         "evaluate": [],
+        "register": [],
     }
     assert paths.sid_map.parent == paths.sids_dir and paths.quantizer.parent == paths.sids_dir
     metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
-    names = ("ingest", "validation", "split", "embed", "sids", "sft", "eval")
+    names = ("ingest", "validation", "split", "embed", "sids", "sft", "grpo", "eval", "register")
     assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, names, strict=True)}
 
 
@@ -96,6 +98,9 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
     params["validate"]["min_user_interactions"] = 3
     params["sids"].update(method="rqkmeans", levels=2, codebook_size=8)  # 24 items
     params["sft"].update(epochs=1, batch_size=8)
+    params["grpo"].update(
+        num_generations=4, prompts_per_step=4, max_steps=2, eval_every=2, eval_users=8
+    )
     params["evaluate"].update(ks=[1, 5, 10], num_beams=10, sasrec_max_epochs=2)
     _write_params(work, params)
     _run(["git", "init", "-q"], work)
@@ -114,12 +119,19 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
     assert _ran(_run([str(DVC), "repro"], work)) == {
         "split",
         "sft",
+        "grpo",
         "evaluate",
+        "register",
     }  # not ingest, validate, embed, sids
 
     params["evaluate"]["sasrec_patience"] = 2
     _write_params(work, params)
-    assert _ran(_run([str(DVC), "repro"], work)) == {"evaluate"}
+    # register depends on eval.json, which changed
+    assert _ran(_run([str(DVC), "repro"], work)) == {"evaluate", "register"}
+
+    params["grpo"]["learning_rate"] = 0.0005
+    _write_params(work, params)
+    assert _ran(_run([str(DVC), "repro"], work)) == {"grpo", "evaluate", "register"}
 
     params["embed"]["template"] = "{title}"
     _write_params(work, params)
