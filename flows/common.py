@@ -59,6 +59,8 @@ def _highlights(result: StageResult) -> str:
             f"valid NDCG@10 {start:.4f} → {best:.4f} (step {m['best_step']})"
         )
     if result.stage == "register":
-        return str(m.get("summary", m))
+        from tasks.register import summary_line
+
+        return summary_line(m)
     k = 10 if 10 in m["ks"] else max(m["ks"])
     return " · ".join(f"{name} NDCG@{k} {row[f'ndcg@{k}']:.4f}" for name, row in m["test"].items())

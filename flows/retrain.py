@@ -9,8 +9,9 @@ from flows.common import run_stage, save_run_config
 from flows.data import prepare_data
 from flows.dispatch import run_training
 from flows.sids import build_sids
-from sidrec.config import load_settings
+from sidrec.config import Settings, load_settings
 from sidrec.stage import STAGES, Stage, StageResult
+from sidrec.tracking import pipeline_run
 
 
 @flow(name="retrain")
@@ -27,6 +28,16 @@ def retrain(
     get_run_logger().info(
         "dataset %s; resolved config saved to %s", settings.project.dataset, saved
     )
+    # one MLflow parent run; every stage's run nests under it
+    with pipeline_run(
+        dataset=settings.project.dataset, params=settings.to_yaml_dict(), run_name="retrain"
+    ):
+        return _run_stages(settings, config_path, overrides, until)
+
+
+def _run_stages(
+    settings: Settings, config_path: str, overrides: list[str] | None, until: Stage
+) -> dict[str, StageResult]:
     results = prepare_data(settings, until=_clip(until, "split"))
     if _reaches(until, "embed"):
         results |= build_sids(settings, until=_clip(until, "sids"))

@@ -200,9 +200,14 @@ def recommend_command(
 ) -> None:
     """Top-K items from the registered champion model for a user or a history."""
     with _errors(debug):
+        from transformers.utils import logging as hf_logging
+
         from models.pyfunc import parse_history
         from tasks.recommend import load_champion, recommend
 
+        # only the table on the terminal: no download / weight-loading progress bars
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        hf_logging.disable_progress_bar()
         if (user is None) == (history is None):
             raise SidrecError("pass exactly one of --user ID or --history ID,ID,...")
         settings = load_settings(config, _overrides(set_, None, dataset, None, None, None))

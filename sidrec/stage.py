@@ -38,7 +38,13 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "sft": ("project.dataset", "project.seed", "model", "sft"),
     "grpo": ("project.dataset", "project.seed", "model", "grpo"),
     "evaluate": ("project.dataset", "project.seed", "grpo.enabled", "evaluate"),
-    "register": ("project.dataset", "grpo.enabled", "register"),
+    "register": (
+        "project.dataset",
+        "split.max_history",
+        "model.max_length",
+        "grpo.enabled",
+        "register",
+    ),
 }
 """``params.yaml`` keys each stage reads (``dvc.yaml`` lists the same)."""
 

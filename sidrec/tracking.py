@@ -1,23 +1,49 @@
-"""MLflow tracking: one run per stage execution under the experiment ``sidrec-<dataset>``.
+"""MLflow tracking: one parent run per pipeline run, one nested run per stage execution.
 
-Embedded default ``sqlite:///mlflow.db`` (artifacts under ``./mlruns``) unless
-``MLFLOW_TRACKING_URI`` points at a server. Called from task wrappers only.
+Everything lands in the experiment ``sidrec-<dataset>`` of the embedded default
+``sqlite:///mlflow.db`` (artifacts under ``./mlruns``) unless ``MLFLOW_TRACKING_URI`` points
+at a server. Called from flows and task wrappers (and the register stage), never from
+model code.
+
+How runs nest. MLflow keeps the active run per *thread*, but Prefect may run a task in another
+thread than its flow, and a child deployment in another process. So :func:`pipeline_run`
+publishes the parent's id in the environment variable :data:`PARENT_RUN_ENV`, and
+:func:`stage_run` starts each stage's run with ``parent_run_id=`` from it. A process that runs
+part of a pipeline (a child flow on the ``gpu`` pool) gets the id as a flow parameter and calls
+:func:`use_parent_run`.
+
+Trainers. transformers' ``MLflowCallback`` (``report_to=["mlflow"]``, used by TRL) logs into
+the run that is active in its thread when training starts and then leaves it open; so a stage
+that trains wraps ``trainer.train()`` in ``with stage_run(...)`` and the trainer's parameters,
+losses and evaluation metrics become part of the stage's nested run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 log = logging.getLogger(__name__)
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+PARENT_RUN_ENV = "SIDREC_MLFLOW_PARENT_RUN_ID"
+"""Environment variable holding the pipeline's parent run id while a pipeline runs."""
+MAX_PARAM_LENGTH = 6000
+"""MLflow rejects longer parameter values; longer ones are cut (and marked) instead."""
 
 
 def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
+
+
+def experiment_name(dataset: str) -> str:
+    return f"sidrec-{dataset}"
 
 
 def flatten(prefix: str, value: Any) -> dict[str, Any]:
@@ -30,6 +56,110 @@ def flatten(prefix: str, value: Any) -> dict[str, Any]:
     return {prefix: value}
 
 
+def metric_key(name: str) -> str:
+    """MLflow metric and tag names allow no ``@``: ``test.ndcg@10`` → ``test.ndcg_at_10``."""
+    return name.replace("@", "_at_")
+
+
+def parent_run_id() -> str | None:
+    """The pipeline's parent run id, when this process runs inside a pipeline."""
+    return os.environ.get(PARENT_RUN_ENV) or None
+
+
+def _connect(dataset: str) -> None:
+    import mlflow
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # database migrations on first use
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_experiment(experiment_name(dataset))
+
+
+def _param_values(params: Mapping[str, Any]) -> dict[str, str]:
+    flat = {key: str(value) for key, value in flatten("", params).items()}
+    return {
+        key: value if len(value) <= MAX_PARAM_LENGTH else value[: MAX_PARAM_LENGTH - 3] + "..."
+        for key, value in flat.items()
+    }
+
+
+@contextmanager
+def use_parent_run(run_id: str | None) -> Iterator[None]:
+    """Nest the stage runs started inside the block under ``run_id`` (no-op for ``None``).
+
+    For a process that runs part of a pipeline started elsewhere (a child deployment): the
+    parent flow passes :func:`parent_run_id` as a parameter, the child wraps its work in this.
+    """
+    if run_id is None:
+        yield
+        return
+    before = os.environ.get(PARENT_RUN_ENV)
+    os.environ[PARENT_RUN_ENV] = run_id
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PARENT_RUN_ENV, None)
+        else:
+            os.environ[PARENT_RUN_ENV] = before
+
+
+@contextmanager
+def pipeline_run(
+    *, dataset: str, params: Mapping[str, Any], run_name: str = "pipeline"
+) -> Iterator[str]:
+    """The parent run of one pipeline run; yields its id.
+
+    ``params``: the resolved configuration (``settings.to_yaml_dict()``), logged flattened
+    (``sft.learning_rate``). Stage runs started inside the block — in any thread of this
+    process — are nested under it. The run ends FINISHED, or FAILED when the block raises.
+    """
+    import mlflow
+
+    _connect(dataset)
+    with (
+        mlflow.start_run(
+            run_name=run_name,
+            nested=mlflow.active_run() is not None,
+            tags={"sidrec.dataset": dataset, "sidrec.kind": "pipeline"},
+        ) as run,
+        use_parent_run(run.info.run_id),
+    ):
+        mlflow.log_params(_param_values(params))
+        log.info("MLflow parent run %s (%s)", run.info.run_id, tracking_uri())
+        yield str(run.info.run_id)
+
+
+@contextmanager
+def stage_run(
+    *, dataset: str, stage: str, params: Mapping[str, Any] | None = None
+) -> Iterator[Run]:
+    """One stage's MLflow run, active in this thread for the block; nested under the pipeline's
+    parent run when there is one. Yields the run (``run.info.run_id``).
+
+    Inside the block ``mlflow.log_*`` calls and transformers/TRL trainers (``report_to=["mlflow"]``)
+    log into this run. Trainers log their own arguments as flat params (``learning_rate``), and
+    MLflow refuses to change a param's value, so a training stage passes its own params under
+    its section name: ``params={"sft": settings.section("sft")}``.
+    """
+    import mlflow
+
+    _connect(dataset)
+    active = mlflow.active_run()
+    parent = parent_run_id()
+    if active is not None and parent is not None and active.info.run_id != parent:
+        parent = None  # something else is active in this thread: nest under it instead
+    with mlflow.start_run(
+        run_name=stage,
+        nested=active is not None,
+        parent_run_id=parent,
+        tags={"sidrec.stage": stage, "sidrec.dataset": dataset},
+    ) as run:
+        if params:
+            mlflow.log_params(_param_values(params))
+        yield run
+    log.info("logged %s to MLflow run %s (%s)", stage, run.info.run_id, tracking_uri())
+
+
 def log_stage(
     *,
     dataset: str,
@@ -38,18 +168,11 @@ def log_stage(
     metrics: Mapping[str, float],
     artifacts: Sequence[Path] = (),
 ) -> str:
-    """Log one stage run; returns its MLflow run id."""
+    """Log one finished stage (params, metrics, artifact files) as a run; returns its id."""
     import mlflow
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # database migrations on first use
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(f"sidrec-{dataset}")
-    with mlflow.start_run(
-        run_name=stage, tags={"sidrec.stage": stage, "sidrec.dataset": dataset}
-    ) as run:
-        mlflow.log_params(flatten("", params))
+    with stage_run(dataset=dataset, stage=stage, params=params) as run:
         mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
         for path in artifacts:
             mlflow.log_artifact(str(path))
-    log.info("logged %s to MLflow run %s (%s)", stage, run.info.run_id, tracking_uri())
     return str(run.info.run_id)

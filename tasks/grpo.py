@@ -9,7 +9,6 @@ included) is written to ``artifacts/grpo/<ds>/model``. Metrics: ``metrics/grpo.j
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -41,7 +40,7 @@ from sidrec.io import atomic_write_json, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
-from sidrec.tracking import tracking_uri
+from sidrec.tracking import stage_run
 from tasks.evaluate import catalog_trie
 from tasks.sft import load_catalog_and_map, lora_config, recent_rows
 
@@ -190,8 +189,6 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     rewards, weights = reward_functions(settings, train, valid, item_ids)
 
     gpu = torch.cuda.is_available()
-    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
-    os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", f"sidrec-{settings.project.dataset}")
     try:
         args = SidGRPOConfig(
             output_dir=str(paths.grpo_dir / "checkpoints"),
@@ -252,7 +249,10 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         on_rewards=samples,
     )
     started = time.perf_counter()
-    result = trainer.train()
+    # TRL's MLflow callback, the validation metrics and the sample tables log into this run
+    run_params = {"grpo": settings.section("grpo"), "model": settings.section("model")}
+    with stage_run(dataset=settings.project.dataset, stage="grpo", params=run_params):
+        result = trainer.train()
     seconds = time.perf_counter() - started
     assert validator.best is not None, "validation runs before the first step"
     replace_dir(best_dir, paths.grpo_model)

@@ -7,7 +7,6 @@ Writes ``artifacts/sft/<ds>/model`` (model + tokenizer with SID tokens, loads wi
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import pandas as pd
@@ -29,7 +28,7 @@ from sidrec.io import atomic_write_json, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.schemas import ITEMS, SPLIT
 from sidrec.stage import StageResult
-from sidrec.tracking import tracking_uri
+from sidrec.tracking import stage_run
 
 log = logging.getLogger(__name__)
 
@@ -169,9 +168,6 @@ def sft(settings: Settings) -> StageResult:
     cfg = settings.sft
     gpu = torch.cuda.is_available()
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
-    # TRL's MLflow callback reads these: same store and experiment as the other stages
-    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
-    os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", f"sidrec-{settings.project.dataset}")
     args = SFTConfig(
         output_dir=str(paths.sft_dir / "checkpoints"),
         num_train_epochs=cfg.epochs,
@@ -204,8 +200,11 @@ def sft(settings: Settings) -> StageResult:
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    result = trainer.train()
-    eval_metrics = trainer.evaluate()
+    # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
+    run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
+    with stage_run(dataset=settings.project.dataset, stage="sft", params=run_params):
+        result = trainer.train()
+        eval_metrics = trainer.evaluate()
     save_model_dir(trainer.model, tokenizer, paths.sft_model)
     metrics = {
         "dataset": settings.project.dataset,

@@ -1,0 +1,310 @@
+"""The recommender as a servable MLflow pyfunc model.
+
+:class:`Recommender` is the plain object: a fine-tuned model, its tokenizer, the SID map and
+the item catalog; ``recommend(histories, k)`` returns the top-K catalog items per history by
+beam search constrained to the catalog's SIDs (``models/constrained.py``), with the same
+prompts as training and evaluation (``models/prompts.py``).
+
+:class:`SidRecommenderModel` wraps it for MLflow: its artifacts are the model folder, the SID
+map, the catalog (item_id, title) and the generation settings; ``load_context`` builds the
+:class:`Recommender` once, ``predict`` takes a DataFrame with a ``history`` column and returns
+``item_ids``/``titles``/``scores`` per row. :func:`log_recommender` logs it as code
+(``models/pyfunc_entry.py``, MLflow's "models from code": nothing is pickled) with a
+signature, an input example, the project packages it imports and pinned requirements, so
+``mlflow models serve -m models:/<name>@champion`` can serve it:
+
+    POST /invocations {"dataframe_records": [{"history": ["50", "172"]}], "params": {"k": 5}}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+from mlflow.pyfunc import PythonModel
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CODE_PACKAGES = ("models", "sidrec")
+"""Project packages the served model imports (``models.pyfunc`` → ``models.*`` → ``sidrec.errors``)."""
+REQUIREMENTS = ("mlflow", "torch", "transformers", "tokenizers", "pandas", "numpy", "pyarrow")
+"""Distributions the served model needs, pinned to this environment's versions when logged."""
+ARTIFACTS = ("model", "sid_map", "catalog", "generation")
+"""Artifact keys: the model folder, ``sid_map.json``, ``catalog.parquet`` (item_id, title) and
+``generation.json`` (:class:`GenerationSettings`)."""
+
+
+class GenerationSettings(NamedTuple):
+    """How the served model generates (saved with it as ``generation.json``)."""
+
+    top_k: int
+    """Items returned per history unless a request asks for another ``k``."""
+    num_beams: int
+    """Beam width of the constrained beam search (raised to ``k`` when a request asks for more)."""
+    max_length: int
+    """The model's context length (``model.max_length`` at training time)."""
+    max_history: int
+    """Histories are cut to their most recent items, as in training (``split.max_history``)."""
+    batch_size: int = 16
+    """Histories per ``generate`` call."""
+
+
+class Recommendations(NamedTuple):
+    """Per history, best first."""
+
+    item_ids: list[list[str]]
+    titles: list[list[str]]
+    scores: list[list[float]]
+    """Beam score: the SID's log-probability per generated token."""
+
+
+class Recommender:
+    """Top-K catalog items for item histories, by constrained beam search over the SIDs."""
+
+    def __init__(
+        self,
+        *,
+        model: Any,
+        tokenizer: Any,
+        sid_map: Mapping[str, Sequence[int]],
+        catalog: pd.DataFrame,
+        generation: GenerationSettings,
+    ):
+        """``catalog``: item_id and title of every item that may be recommended (each must
+        have a SID in ``sid_map``)."""
+        from models.constrained import SidTrie
+        from models.prompts import PromptBuilder
+
+        item_ids = catalog["item_id"].astype(str).tolist()
+        missing = [i for i in item_ids if i not in sid_map]
+        if missing:
+            raise ValueError(f"{len(missing)} catalog item(s) have no SID, e.g. {missing[:5]}")
+        self.model, self.tokenizer = model, tokenizer
+        self.sid_map = sid_map
+        self.item_ids = item_ids
+        self.titles = catalog["title"].astype(str).tolist()
+        self.generation = generation
+        self.trie = SidTrie.from_sid_map({i: sid_map[i] for i in item_ids}, tokenizer)
+        # seq_rec prompts carry SIDs only; titles are what the caller gets back
+        self.prompts = PromptBuilder(
+            tokenizer=tokenizer,
+            sid_map=sid_map,
+            titles=dict(zip(item_ids, self.titles, strict=True)),
+            max_length=generation.max_length,
+        )
+
+    @classmethod
+    def from_files(
+        cls, *, model_dir: Path, sid_map: Path, catalog: Path, generation: Path
+    ) -> Recommender:
+        """Load the artifacts :func:`log_recommender` saves (on the GPU when there is one)."""
+        import torch
+
+        from models.lm import load_model_dir
+        from models.sid import read_sid_map
+
+        model, tokenizer = load_model_dir(Path(model_dir))
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+        return cls(
+            model=model,
+            tokenizer=tokenizer,
+            sid_map=read_sid_map(Path(sid_map)),
+            catalog=pd.read_parquet(catalog),
+            generation=GenerationSettings(**json.loads(Path(generation).read_text())),
+        )
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    def recommend(
+        self, histories: Sequence[Sequence[str]], k: int | None = None
+    ) -> Recommendations:
+        """Top-``k`` (default ``generation.top_k``) distinct catalog items per history.
+
+        Raises ValueError naming the history items the model does not know."""
+        import torch
+
+        from models.constrained import generate_sids
+
+        k = self.generation.top_k if k is None else int(k)
+        if not 1 <= k <= self.n_items:
+            raise ValueError(f"k must be between 1 and the catalog size {self.n_items}, got {k}")
+        self._check_known(histories)
+        cap = self.generation.max_history
+        prompts = [self.prompts.history_prompt(list(h)[-cap:]) for h in histories]
+        out = Recommendations([], [], [])
+        size = self.generation.batch_size
+        for start in range(0, len(prompts), size):
+            with torch.no_grad():
+                generated = generate_sids(
+                    self.model,
+                    self.tokenizer,
+                    prompts[start : start + size],
+                    self.trie,
+                    num_beams=max(self.generation.num_beams, k),
+                    top_k=k,
+                    max_prompt_tokens=self.prompts.max_prompt,
+                )
+            rows = generated.items.cpu().tolist()
+            scores = generated.scores.float().cpu().tolist()
+            for items, row_scores in zip(rows, scores, strict=True):
+                kept = [(i, s) for i, s in zip(items, row_scores, strict=True) if i >= 0]
+                if len(kept) < len(items):  # only if the SID constraint is broken upstream
+                    log.warning("%d generated SID(s) are not catalog items", len(items) - len(kept))
+                out.item_ids.append([self.item_ids[i] for i, _ in kept])
+                out.titles.append([self.titles[i] for i, _ in kept])
+                out.scores.append([round(float(s), 6) for _, s in kept])
+        return out
+
+    def _check_known(self, histories: Sequence[Sequence[str]]) -> None:
+        unknown: dict[str, int] = {}  # item → first row it appears in
+        for row, history in enumerate(histories):
+            for item in history:
+                if item not in self.sid_map:
+                    unknown.setdefault(item, row)
+        if unknown:
+            shown = ", ".join(f"{item!r} (row {row})" for item, row in list(unknown.items())[:10])
+            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+            raise ValueError(
+                f"{len(unknown)} history item id(s) are not in the model's catalog "
+                f"({self.n_items} items): {shown}{more}; pass item ids from the catalog the "
+                "model was trained on"
+            )
+
+
+def parse_history(value: Any, row: int = 0) -> list[str]:
+    """One ``history`` cell as item ids: a list/array of ids (strings or integers) or a
+    comma-separated string (``"50, 172"``); an empty list or string is an empty history."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, (list, tuple, np.ndarray)):
+        ids = []
+        for item in value:
+            if isinstance(item, (str, int, np.integer)) and not isinstance(item, bool):
+                ids.append(str(item).strip())
+            else:
+                raise ValueError(
+                    f"history row {row}: item ids must be strings or integers, "
+                    f"got {item!r} ({type(item).__name__})"
+                )
+        return ids
+    raise ValueError(
+        f"history row {row}: expected a list of item ids or a comma-separated string, "
+        f"got {value!r} ({type(value).__name__})"
+    )
+
+
+class SidRecommenderModel(PythonModel):
+    """MLflow pyfunc wrapper of :class:`Recommender` (artifacts: :data:`ARTIFACTS`)."""
+
+    def load_context(self, context: Any) -> None:
+        paths = context.artifacts
+        self.recommender = Recommender.from_files(
+            model_dir=Path(paths["model"]),
+            sid_map=Path(paths["sid_map"]),
+            catalog=Path(paths["catalog"]),
+            generation=Path(paths["generation"]),
+        )
+
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> pd.DataFrame:
+        """``model_input``: a DataFrame with a ``history`` column (see :func:`parse_history`);
+        ``params``: optional ``{"k": int}``. Returns one row per input row with ``item_ids``,
+        ``titles`` and ``scores`` (lists, best first)."""
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        if "history" not in frame.columns:
+            raise ValueError(
+                f"input needs a 'history' column (item ids), got columns {list(frame.columns)}"
+            )
+        histories = [parse_history(value, row) for row, value in enumerate(frame["history"])]
+        k = (params or {}).get("k")
+        recs = self.recommender.recommend(histories, k=None if k is None else int(k))
+        return pd.DataFrame(recs._asdict(), index=frame.index)
+
+
+def model_signature(top_k: int) -> Any:
+    """Input ``history`` (any: a list of ids or a comma-separated string, parsed by the model),
+    output lists per row, and the request parameter ``k``."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import (
+        AnyType,
+        Array,
+        ColSpec,
+        DataType,
+        ParamSchema,
+        ParamSpec,
+        Schema,
+    )
+
+    return ModelSignature(
+        inputs=Schema([ColSpec(AnyType(), "history")]),
+        outputs=Schema(
+            [
+                ColSpec(Array(DataType.string), "item_ids"),
+                ColSpec(Array(DataType.string), "titles"),
+                ColSpec(Array(DataType.double), "scores"),
+            ]
+        ),
+        params=ParamSchema([ParamSpec("k", DataType.long, top_k)]),
+    )
+
+
+def pip_requirements() -> list[str]:
+    """:data:`REQUIREMENTS` pinned to this environment (local build tags such as ``+cpu`` dropped,
+    so a GPU machine installs its own build of the same version)."""
+    pins = []
+    for name in REQUIREMENTS:
+        try:
+            pins.append(f"{name}=={version(name).split('+')[0]}")
+        except PackageNotFoundError:
+            pins.append(name)
+    return pins
+
+
+def log_recommender(
+    *,
+    name: str,
+    model_dir: Path,
+    sid_map: Path,
+    catalog: pd.DataFrame,
+    generation: GenerationSettings,
+    example_history: Sequence[str],
+) -> Any:
+    """Log the recommender as a pyfunc model in the active MLflow run; returns MLflow's
+    ``ModelInfo`` (``model_uri``, ``model_id``). MLflow loads it once to check that the input
+    example (``example_history``) can be served."""
+    with tempfile.TemporaryDirectory(prefix="sidrec-pyfunc-") as tmp:
+        staged = Path(tmp)
+        catalog_path = staged / "catalog.parquet"
+        catalog[["item_id", "title"]].astype(str).to_parquet(catalog_path, index=False)
+        generation_path = staged / "generation.json"
+        generation_path.write_text(json.dumps(generation._asdict(), indent=2))
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=str(Path(__file__).with_name("pyfunc_entry.py")),
+            artifacts={
+                "model": str(model_dir),
+                "sid_map": str(sid_map),
+                "catalog": str(catalog_path),
+                "generation": str(generation_path),
+            },
+            code_paths=[str(PROJECT_ROOT / package) for package in CODE_PACKAGES],
+            pip_requirements=pip_requirements(),
+            signature=model_signature(generation.top_k),
+            input_example=(
+                pd.DataFrame({"history": [list(example_history)]}),
+                {"k": min(3, generation.top_k)},
+            ),
+        )

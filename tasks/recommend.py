@@ -1,0 +1,196 @@
+"""Recommendations from the registered champion (``models:/<name>@champion``).
+
+Used by ``sidrec recommend`` (one user, or an explicit history) and the ``batch-recommend``
+flow (every user, to ``data/processed/<ds>/recommendations.parquet``). A user's history is
+their whole known sequence in ``data/validated/<ds>/interactions.parquet`` (ordered like the
+splits: by timestamp, ties by item id), cut to the most recent ``split.max_history`` items.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pandas as pd
+import pyarrow as pa
+from prefect import task
+from tqdm.auto import tqdm
+
+from sidrec.config import Settings
+from sidrec.errors import InputError
+from sidrec.io import AtomicOutputs, read_table
+from sidrec.orchestration import publish_table
+from sidrec.schemas import INTERACTIONS
+from tasks.register import model_name
+
+log = logging.getLogger(__name__)
+
+RECOMMENDATIONS = pa.schema(
+    [
+        pa.field("user_id", pa.string()),
+        pa.field("rank", pa.int32()),  # 1 = best
+        pa.field("item_id", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("score", pa.float64()),  # beam score: log-probability per generated token
+    ]
+)
+"""``recommendations.parquet``: top-K per user, one row per (user, rank)."""
+
+
+class Champion(NamedTuple):
+    model: Any
+    """The loaded ``mlflow.pyfunc.PyFuncModel``."""
+    uri: str
+    version: str
+
+
+def recommendations_path(settings: Settings) -> Path:
+    return settings.paths.processed_dir / "recommendations.parquet"
+
+
+def load_champion(settings: Settings) -> Champion:
+    """The model behind ``models:/<name>@champion``; a clear error when there is none."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from sidrec.registry import CHAMPION
+    from sidrec.tracking import tracking_uri
+
+    name = model_name(settings)
+    uri = f"models:/{name}@{CHAMPION}"
+    mlflow.set_tracking_uri(tracking_uri())
+    try:
+        aliases = mlflow.MlflowClient().get_registered_model(name).aliases or {}
+    except MlflowException:
+        aliases = None
+    if not aliases or CHAMPION not in aliases:
+        what = "has no champion" if aliases is not None else "is not registered"
+        raise InputError(
+            f"model {name!r} {what} in the MLflow registry at {tracking_uri()}; run "
+            "`sidrec pipeline` (or `sidrec register`), or set MLFLOW_TRACKING_URI to the "
+            "server that holds it"
+        )
+    log.info("loading %s (version %s)", uri, aliases[CHAMPION])
+    return Champion(mlflow.pyfunc.load_model(uri), uri, str(aliases[CHAMPION]))
+
+
+def user_histories(settings: Settings) -> pd.DataFrame:
+    """(user_id, history) for every user: their most recent ``split.max_history`` items, oldest first."""
+    from tasks.split import user_sequences
+
+    inter = read_table(
+        settings.paths.validated("interactions"), INTERACTIONS, "validated interactions"
+    )
+    recent = user_sequences(inter).groupby("user_id", sort=False).tail(settings.split.max_history)
+    grouped = recent.groupby("user_id", sort=True)["item_id"].agg(list)
+    return pd.DataFrame({"user_id": grouped.index.astype(str), "history": grouped.to_list()})
+
+
+def user_history(settings: Settings, user_id: str) -> list[str]:
+    histories = user_histories(settings)
+    match = histories.loc[histories["user_id"] == user_id, "history"]
+    if match.empty:
+        sample = histories["user_id"].head(5).tolist()
+        raise InputError(
+            f"unknown user {user_id!r} ({len(histories):,} users, e.g. {sample}); "
+            "pass --history ID,ID,... for a user without interactions",
+            path=settings.paths.validated("interactions"),
+        )
+    return list(match.iloc[0])
+
+
+def predict(champion: Champion, histories: Sequence[Sequence[str]], k: int) -> pd.DataFrame:
+    """The champion's ``item_ids``/``titles``/``scores`` per history; unknown items → InputError."""
+    frame = pd.DataFrame({"history": [list(h) for h in histories]})
+    try:
+        return champion.model.predict(frame, params={"k": k})
+    except ValueError as exc:  # the model's message names the bad items
+        raise InputError(f"{champion.uri}: {exc}") from None
+
+
+def recommend(
+    settings: Settings,
+    *,
+    user: str | None = None,
+    history: Sequence[str] | None = None,
+    k: int = 10,
+    champion: Champion | None = None,
+) -> pd.DataFrame:
+    """Top-``k`` for one user (their known history) or an explicit ``history``:
+    rank, item_id, title, score."""
+    if (user is None) == (history is None):
+        raise InputError("pass either a user id or a history of item ids, not both or neither")
+    items = user_history(settings, user) if user is not None else list(history or [])
+    champion = champion or load_champion(settings)
+    row = predict(champion, [items], k).iloc[0]
+    return pd.DataFrame(
+        {
+            "rank": range(1, len(row["item_ids"]) + 1),
+            "item_id": list(row["item_ids"]),
+            "title": list(row["titles"]),
+            "score": list(row["scores"]),
+        }
+    )
+
+
+def recommend_all(
+    settings: Settings, *, k: int, batch_size: int = 64, champion: Champion | None = None
+) -> pd.DataFrame:
+    """Top-``k`` for every user, as :data:`RECOMMENDATIONS` rows, ``batch_size`` users per call."""
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    histories = user_histories(settings)
+    champion = champion or load_champion(settings)
+    frames = []
+    for start in tqdm(range(0, len(histories), batch_size), desc="recommend", unit="batch"):
+        chunk = histories.iloc[start : start + batch_size]
+        out = predict(champion, list(chunk["history"]), k)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "user_id": chunk["user_id"].to_numpy(),
+                    "item_id": out["item_ids"].to_numpy(),
+                    "title": out["titles"].to_numpy(),
+                    "score": out["scores"].to_numpy(),
+                }
+            ).explode(["item_id", "title", "score"], ignore_index=True)
+        )
+    table = pd.concat(frames, ignore_index=True) if frames else _empty()
+    table["rank"] = table.groupby("user_id", sort=False).cumcount() + 1
+    return table[RECOMMENDATIONS.names].astype({"score": "float64", "rank": "int32"})
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=object) for name in RECOMMENDATIONS.names})
+
+
+def write_recommendations(settings: Settings, table: pd.DataFrame) -> Path:
+    path = recommendations_path(settings)
+    with AtomicOutputs() as out:
+        out.parquet(table, path, RECOMMENDATIONS)
+    return path
+
+
+@task(name="batch-recommend")
+def batch_recommend_task(settings: Settings, k: int, batch_size: int = 64) -> str:
+    """Top-``k`` for every user from the champion, written to ``recommendations.parquet``.
+    Not cached: the champion can change between runs without any input file changing."""
+    champion = load_champion(settings)
+    table = recommend_all(settings, k=k, batch_size=batch_size, champion=champion)
+    path = write_recommendations(settings, table)
+    publish_table(
+        "recommendations",
+        settings.project.dataset,
+        [
+            {"stat": "model", "value": f"{champion.uri} (version {champion.version})"},
+            {"stat": "users", "value": int(table["user_id"].nunique())},
+            {"stat": "rows", "value": len(table)},
+            {"stat": "k", "value": k},
+            {"stat": "file", "value": str(path)},
+        ],
+        description="Batch recommendations from the champion",
+    )
+    log.info("wrote %d recommendations to %s", len(table), path)
+    return str(path)

@@ -1,0 +1,136 @@
+"""The recommender object and its MLflow pyfunc wrapper, on a random tiny model (fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+from models.lm import load_model_dir
+from models.pyfunc import (
+    GenerationSettings,
+    Recommender,
+    log_recommender,
+    parse_history,
+    pip_requirements,
+)
+from tests.tiny_recommender import ITEM_IDS, SID_MAP, TITLES, catalog, save_tiny_model
+
+GENERATION = GenerationSettings(top_k=5, num_beams=6, max_length=64, max_history=3, batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def recommender(model_dir: Path) -> Recommender:
+    model, tokenizer = load_model_dir(model_dir)
+    return Recommender(
+        model=model, tokenizer=tokenizer, sid_map=SID_MAP, catalog=catalog(), generation=GENERATION
+    )
+
+
+def _assert_valid(item_ids: list[str], titles: list[str], k: int) -> None:
+    assert len(item_ids) == k and len(set(item_ids)) == k
+    assert set(item_ids) <= set(ITEM_IDS)
+    assert titles == [TITLES[i] for i in item_ids]
+
+
+def test_recommend_returns_k_distinct_catalog_items_with_titles(recommender: Recommender) -> None:
+    histories = [["i0", "i1"], ["i5"], [], ["i2", "i3", "i4", "i6", "i7"]]  # more than 2 per batch
+    recs = recommender.recommend(histories)
+    assert len(recs.item_ids) == len(histories)
+    for ids, titles, scores in zip(recs.item_ids, recs.titles, recs.scores, strict=True):
+        _assert_valid(ids, titles, GENERATION.top_k)
+        assert scores == sorted(scores, reverse=True)
+    more = recommender.recommend([["i0"]], k=9)  # above num_beams: the beam widens
+    _assert_valid(more.item_ids[0], more.titles[0], 9)
+
+
+def test_history_is_cut_to_max_history(recommender: Recommender) -> None:
+    long = recommender.recommend([["i9", "i8", "i0", "i1", "i2"]], k=3)
+    short = recommender.recommend([["i0", "i1", "i2"]], k=3)
+    assert long == short
+
+
+def test_unknown_history_items_are_named(recommender: Recommender) -> None:
+    with pytest.raises(
+        ValueError, match=r"2 history item id\(s\).*'nope' \(row 1\).*'x' \(row 1\)"
+    ):
+        recommender.recommend([["i0"], ["nope", "i1", "x"]])
+    with pytest.raises(ValueError, match="k must be between 1 and the catalog size 12"):
+        recommender.recommend([["i0"]], k=13)
+
+
+def test_catalog_items_need_sids(model_dir: Path) -> None:
+    model, tokenizer = load_model_dir(model_dir)
+    extra = pd.concat([catalog(), pd.DataFrame({"item_id": ["new"], "title": ["New"]})])
+    with pytest.raises(ValueError, match=r"1 catalog item\(s\) have no SID"):
+        Recommender(
+            model=model, tokenizer=tokenizer, sid_map=SID_MAP, catalog=extra, generation=GENERATION
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("i1, i2,i3", ["i1", "i2", "i3"]),
+        ("", []),
+        (["i1", "i2"], ["i1", "i2"]),
+        ([50, 172], ["50", "172"]),
+        (pd.Series(["a", "b"]).to_numpy(), ["a", "b"]),
+    ],
+)
+def test_parse_history(value: object, expected: list[str]) -> None:
+    assert parse_history(value) == expected
+
+
+@pytest.mark.parametrize("value", [None, 3.5, [1.5], [None]])
+def test_parse_history_rejects_other_types(value: object) -> None:
+    with pytest.raises(ValueError, match="history row 4"):
+        parse_history(value, row=4)
+
+
+def test_requirements_are_pinned_without_local_build_tags() -> None:
+    pins = dict(p.split("==") for p in pip_requirements())
+    assert {"mlflow", "torch", "transformers", "pandas"} <= set(pins)
+    assert all(v and "+" not in v for v in pins.values())
+
+
+def test_logged_model_loads_and_predicts(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    sid_map = tmp_path / "sid_map.json"
+    sid_map.write_text(pd.Series(SID_MAP).to_json())
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_experiment("pyfunc-test")
+    with mlflow.start_run():
+        info = log_recommender(
+            name="recommender",
+            model_dir=model_dir,
+            sid_map=sid_map,
+            catalog=catalog(),
+            generation=GENERATION,
+            example_history=["i0", "i1"],
+        )
+    loaded = mlflow.pyfunc.load_model(info.model_uri)
+    meta = loaded.metadata
+    assert meta.get_input_schema().input_names() == ["history"]
+    assert meta.get_params_schema().to_dict()[0]["default"] == GENERATION.top_k
+    local = Path(mlflow.artifacts.download_artifacts(info.model_uri))
+    assert (local / "code" / "models" / "pyfunc.py").exists()  # the served model's own code
+    assert (local / "code" / "sidrec" / "errors.py").exists()
+    assert "transformers==" in (local / "requirements.txt").read_text()
+    frame = pd.DataFrame({"history": [["i0", "i1"], "i5, i4", []]})
+    out = loaded.predict(frame)
+    assert list(out.columns) == ["item_ids", "titles", "scores"] and len(out) == 3
+    for ids, titles in zip(out["item_ids"], out["titles"], strict=True):
+        _assert_valid(list(ids), list(titles), GENERATION.top_k)
+    assert len(loaded.predict(frame, params={"k": 2})["item_ids"].iloc[0]) == 2
+    with pytest.raises(ValueError, match="'nope'"):
+        loaded.predict(pd.DataFrame({"history": [["nope"]]}))

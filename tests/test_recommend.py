@@ -1,0 +1,188 @@
+"""Recommendations from the registered champion: the functions, `sidrec recommend`, the batch
+flow, and (slow) `mlflow models serve` on `models:/<name>@champion`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sidrec.cli import app
+from sidrec.config import Settings
+from sidrec.errors import InputError
+from sidrec.io import read_table
+from tasks.recommend import (
+    RECOMMENDATIONS,
+    load_champion,
+    recommend,
+    recommend_all,
+    user_histories,
+    write_recommendations,
+)
+from tasks.register import register
+from tests.conftest import REPO
+from tests.tiny_recommender import (
+    ITEM_IDS,
+    TITLES,
+    USERS,
+    tiny_overrides,
+    tiny_settings,
+    write_eval,
+    write_project,
+)
+
+MODEL = "sidrec-recommend-test"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One tiny project (cwd for the module) whose model is registered as champion."""
+    folder = tmp_path_factory.mktemp("recommend")
+    shutil.copy(REPO / "params.yaml", folder / "params.yaml")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        settings = tiny_settings(folder, register={"model_name": MODEL})
+        write_project(settings)
+        write_eval(settings, sft={"ndcg@10": 0.1})
+        assert register(settings).metrics["promoted"]
+        yield folder
+
+
+@pytest.fixture
+def settings(root: Path) -> Settings:
+    return tiny_settings(root, register={"model_name": MODEL})
+
+
+def test_user_histories_are_recent_items_in_time_order(settings: Settings) -> None:
+    histories = user_histories(settings).set_index("user_id")["history"]
+    assert {u: list(h) for u, h in histories.items()} == {
+        u: items[-3:] for u, items in USERS.items()
+    }
+
+
+def test_recommend_for_a_user_and_for_a_history(settings: Settings) -> None:
+    champion = load_champion(settings)
+    assert champion.uri == f"models:/{MODEL}@champion" and champion.version == "1"
+    recs = recommend(settings, user="u1", k=4, champion=champion)
+    assert list(recs.columns) == ["rank", "item_id", "title", "score"]
+    assert recs["rank"].tolist() == [1, 2, 3, 4] and recs["item_id"].is_unique
+    assert set(recs["item_id"]) <= set(ITEM_IDS)
+    assert recs["title"].tolist() == [TITLES[i] for i in recs["item_id"]]
+    same = recommend(settings, history=USERS["u1"][-3:], k=4, champion=champion)
+    assert same["item_id"].tolist() == recs["item_id"].tolist()
+
+
+def test_recommend_errors(settings: Settings, root: Path) -> None:
+    champion = load_champion(settings)
+    with pytest.raises(InputError, match=r"unknown user 'ghost' \(3 users"):
+        recommend(settings, user="ghost", champion=champion)
+    with pytest.raises(InputError, match=r"not in the model's catalog.*'zz'"):
+        recommend(settings, history=["i1", "zz"], champion=champion)
+    with pytest.raises(InputError, match="either a user id or a history"):
+        recommend(settings, champion=champion)
+    other = tiny_settings(root, register={"model_name": "never-registered"})
+    with pytest.raises(InputError, match="'never-registered' is not registered"):
+        load_champion(other)
+
+
+def test_recommend_all_writes_every_users_top_k(settings: Settings) -> None:
+    table = recommend_all(settings, k=3, batch_size=2)
+    path = write_recommendations(settings, table)
+    back = read_table(path, RECOMMENDATIONS, "recommendations")
+    assert len(back) == 3 * len(USERS) and set(back["user_id"]) == set(USERS)
+    for _, rows in back.groupby("user_id"):
+        assert rows["rank"].tolist() == [1, 2, 3] and rows["item_id"].is_unique
+    assert back["title"].tolist() == [TITLES[i] for i in back["item_id"]]
+
+
+def test_cli_recommend(root: Path) -> None:
+    sets = [arg for o in tiny_overrides(register={"model_name": MODEL}) for arg in ("--set", o)]
+    result = runner.invoke(app, ["recommend", "--user", "u2", "--k", "3", *sets])
+    assert result.exit_code == 0, result.output
+    titles = [t for t in TITLES.values() if t in result.output]
+    assert len(titles) == 3 and f"{MODEL}@champion" in result.output
+    result = runner.invoke(app, ["recommend", "--history", "i1,i2", *sets])
+    assert result.exit_code == 0 and sum(t in result.output for t in TITLES.values()) == 10
+    bad = runner.invoke(app, ["recommend", "--history", "i1,nope", *sets])
+    assert bad.exit_code == 1 and "'nope'" in bad.output and "Traceback" not in bad.output
+    both = runner.invoke(app, ["recommend", "--user", "u1", "--history", "i1", *sets])
+    assert both.exit_code == 1 and "exactly one of --user" in both.output
+
+
+@pytest.mark.slow
+def test_batch_recommend_flow(root: Path, settings: Settings, prefect_harness: None) -> None:
+    from flows.batch import batch_recommend
+
+    overrides = tiny_overrides(register={"model_name": MODEL})
+    path = batch_recommend(config_path=str(root / "params.yaml"), overrides=overrides, k=2)
+    table = pd.read_parquet(path)
+    assert Path(path) == settings.paths.processed_dir / "recommendations.parquet"
+    assert len(table) == 2 * len(USERS) and list(table.columns) == RECOMMENDATIONS.names
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_champion(root: Path) -> None:
+    """`mlflow models serve -m models:/<name>@champion` answers /invocations with top-K titles."""
+    port = _free_port()
+    mlflow_cli = str(Path(sys.executable).with_name("mlflow"))
+    serve = ["models", "serve", "-m", f"models:/{MODEL}@champion", "--env-manager", "local"]
+    server = subprocess.Popen(
+        [mlflow_cli, *serve, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=root,
+        # the server runs `uvicorn` from PATH: this environment's
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(
+                        f"server did not come up:\n{server.stdout.read() if server.stdout else ''}"
+                    )
+                time.sleep(1)
+        body = {"dataframe_records": [{"history": ["i1", "i2"]}, {"history": "i5,i4"}]}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps({**body, "params": {"k": 3}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            predictions = json.loads(response.read())["predictions"]
+        assert len(predictions) == 2
+        for row in predictions:
+            assert len(row["item_ids"]) == 3 and len(set(row["item_ids"])) == 3
+            assert row["titles"] == [TITLES[i] for i in row["item_ids"]]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()

@@ -1,0 +1,97 @@
+"""One parent MLflow run per pipeline run, a nested run per stage — from any thread, from a
+process given the parent's id, and for transformers' MLflow callback (the SFT/GRPO trainers)."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from sidrec.config import load_settings
+from sidrec.tracking import (
+    PARENT_RUN_ENV,
+    log_stage,
+    parent_run_id,
+    pipeline_run,
+    stage_run,
+    tracking_uri,
+    use_parent_run,
+)
+from tests.conftest import REPO
+
+PARENT_TAG = "mlflow.parentRunId"
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # artifacts land here
+    monkeypatch.delenv(PARENT_RUN_ENV, raising=False)
+
+
+def _run(run_id: str) -> mlflow.entities.Run:
+    return mlflow.MlflowClient(tracking_uri()).get_run(run_id)
+
+
+def _stage(name: str) -> str:
+    return log_stage(dataset="track", stage=name, params={"a": {"b": 1}}, metrics={"m": 0.5})
+
+
+def test_stages_nest_under_the_pipeline_run_from_any_thread() -> None:
+    config = load_settings(REPO / "params.yaml").to_yaml_dict()  # > 100 params: batched
+    with pipeline_run(dataset="track", params=config) as parent:
+        assert parent_run_id() == parent
+        same_thread = _stage("ingest")
+        with ThreadPoolExecutor(1) as pool:  # Prefect may run a task in a worker thread
+            other_thread = pool.submit(_stage, "split").result()
+    assert parent_run_id() is None and PARENT_RUN_ENV not in os.environ
+    run = _run(parent)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["split.max_history"] == str(config["split"]["max_history"])
+    for child in (same_thread, other_thread):
+        data = _run(child).data
+        assert data.tags[PARENT_TAG] == parent
+        assert data.params["a.b"] == "1" and data.metrics["m"] == 0.5
+    assert mlflow.active_run() is None
+
+
+def test_failed_pipeline_marks_its_run_failed() -> None:
+    with pytest.raises(RuntimeError), pipeline_run(dataset="track", params={}) as parent:
+        raise RuntimeError("stage failed")
+    assert _run(parent).info.status == "FAILED" and parent_run_id() is None
+
+
+def test_stage_outside_a_pipeline_is_a_top_level_run() -> None:
+    assert PARENT_TAG not in _run(_stage("embed")).data.tags
+
+
+def test_child_process_nests_under_a_given_parent() -> None:
+    with pipeline_run(dataset="track", params={}) as parent:
+        pass  # e.g. the parent flow hands `parent` to a child deployment as a parameter
+    with use_parent_run(parent):
+        child = _stage("sft")
+    assert _run(child).data.tags[PARENT_TAG] == parent and parent_run_id() is None
+
+
+def test_trainer_callback_logs_into_the_stage_run(tmp_path: Path) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers.integrations import MLflowCallback
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], run_name="sft")
+    state, control = TrainerState(), TrainerControl()
+    with (
+        pipeline_run(dataset="track", params={}) as parent,
+        stage_run(dataset="track", stage="sft", params={"sft": {"epochs": 3}}) as run,
+    ):
+        callback = MLflowCallback()
+        callback.on_train_begin(args, state, control)
+        callback.on_log(args, state, control, logs={"loss": 1.25})
+        callback.on_train_end(args, state, control)
+        assert mlflow.active_run().info.run_id == run.info.run_id  # left open for the stage
+    data = _run(run.info.run_id).data
+    assert data.tags[PARENT_TAG] == parent
+    assert data.metrics["loss"] == 1.25 and data.params["sft.epochs"] == "3"
+    assert data.params["learning_rate"] == str(args.learning_rate)  # the trainer's own params
+    assert _run(run.info.run_id).info.status == "FINISHED"
