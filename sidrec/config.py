@@ -242,6 +242,10 @@ class SftConfig(_Section):
     eval_rows: int = Field(500, ge=1)
     """Validation-loss rows (from the valid split)."""
     logging_steps: int = Field(50, ge=1)
+    warm_start: Literal["none", "champion"] = "none"
+    """champion: start from the registered champion's model (retraining; pair it with
+    ``sids.incremental: true`` so existing items keep the SIDs the champion learned);
+    none, or no champion registered yet: a fresh model from ``model``."""
 
 
 class GrpoRewardWeights(_Section):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from sidrec.errors import InputError
@@ -228,3 +229,37 @@ def _version_aliases(client: Any, name: str, version: str) -> list[str]:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def champion_version(client: Any, name: str) -> str | None:
+    """The version behind ``name@champion``; None when the model or the alias does not exist."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(name, CHAMPION).version)
+    except MlflowException:
+        return None
+
+
+def download_champion_model(client: Any, name: str, dest: Path) -> Path | None:
+    """Download the champion's model folder (the ``model`` artifact of the pyfunc) under
+    ``dest``; returns the folder that holds ``config.json``, or None without a champion."""
+    import mlflow
+
+    version = champion_version(client, name)
+    if version is None:
+        return None
+    local = Path(
+        mlflow.artifacts.download_artifacts(f"models:/{name}/{version}", dst_path=str(dest))
+    )
+    found = sorted(
+        p.parent
+        for p in local.rglob("config.json")
+        if (p.parent / "tokenizer_config.json").exists()
+    )
+    if not found:
+        raise InputError(
+            f"champion {name} v{version} holds no model folder (config.json + tokenizer)",
+            path=local,
+        )
+    return found[0]

@@ -130,6 +130,10 @@ def stage_fingerprint(stage: Stage, settings: Settings) -> str:
     for path in stage_inputs(stage, settings):
         digest.update(str(path).encode())
         digest.update(file_sha256(path).encode() if path.exists() else b"<missing>")
+    if stage == "sft" and settings.sft.warm_start == "champion":
+        from tasks.sft import champion_label  # a new champion means a new starting point
+
+        digest.update(champion_label(settings).encode())
     digest.update(code_fingerprint().encode())
     return digest.hexdigest()
 

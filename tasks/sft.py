@@ -7,12 +7,21 @@ Writes ``artifacts/sft/<ds>/model`` (model + tokenizer with SID tokens, loads wi
 from __future__ import annotations
 
 import logging
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from prefect import task
 
-from models.lm import add_sid_tokens, build_tiny, load_pretrained, save_model_dir, train_tokenizer
+from models.lm import (
+    add_sid_tokens,
+    build_tiny,
+    load_model_dir,
+    load_pretrained,
+    save_model_dir,
+    train_tokenizer,
+)
 from models.prompts import (
     Example,
     PromptBuilder,
@@ -94,6 +103,40 @@ def build_model_and_tokenizer(
     return model, tokenizer
 
 
+def champion_start(settings: Settings, dest: Path) -> Path | None:
+    """The registered champion's model folder, downloaded under ``dest`` (None: no champion)."""
+    import mlflow
+
+    from sidrec.registry import download_champion_model
+    from sidrec.tracking import tracking_uri
+    from tasks.register import model_name
+
+    mlflow.set_tracking_uri(tracking_uri())
+    found = download_champion_model(mlflow.MlflowClient(), model_name(settings), dest)
+    if found is None:
+        log.info(
+            "sft.warm_start: no champion of %s yet; starting from a fresh model",
+            model_name(settings),
+        )
+    else:
+        log.info("sft.warm_start: continuing from %s", champion_label(settings))
+    return found
+
+
+def champion_label(settings: Settings) -> str:
+    """``<name>@champion (v<N>)``, or an empty string without a champion (a cache-key part)."""
+    import mlflow
+
+    from sidrec.registry import champion_version
+    from sidrec.tracking import tracking_uri
+    from tasks.register import model_name
+
+    mlflow.set_tracking_uri(tracking_uri())
+    name = model_name(settings)
+    version = champion_version(mlflow.MlflowClient(), name)
+    return f"{name}@champion (v{version})" if version else ""
+
+
 def lora_config(settings: Settings, modules_to_save: list[str] | None = None) -> Any:
     """peft's LoraConfig from ``model.lora`` (None when LoRA is off)."""
     if not settings.model.lora.enabled:
@@ -148,12 +191,20 @@ def sft(settings: Settings) -> StageResult:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    paths = settings.paths
+    paths, cfg = settings.paths, settings.sft
     items, sid_map = load_catalog_and_map(settings)
     train = read_table(paths.split("train"), SPLIT, "train split")
     valid = read_table(paths.split("valid"), SPLIT, "valid split")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
-    model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
+    staging = tempfile.TemporaryDirectory(prefix="sidrec-champion-")
+    start = champion_start(settings, Path(staging.name)) if cfg.warm_start == "champion" else None
+    if start is not None:
+        model, tokenizer = load_model_dir(start)
+        if add_sid_tokens(tokenizer, levels, k):  # codes beyond the champion's vocabulary
+            model.resize_token_embeddings(len(tokenizer))
+        model.train()
+    else:
+        model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
     titles = dict(zip(items["item_id"], items["title"].astype(str), strict=True))
     builder = PromptBuilder(
         tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
@@ -165,7 +216,6 @@ def sft(settings: Settings) -> StageResult:
             builder.truncated,
         )
 
-    cfg = settings.sft
     gpu = torch.cuda.is_available()
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
     args = SFTConfig(
@@ -206,9 +256,11 @@ def sft(settings: Settings) -> StageResult:
         result = trainer.train()
         eval_metrics = trainer.evaluate()
     save_model_dir(trainer.model, tokenizer, paths.sft_model)
+    staging.cleanup()
     metrics = {
         "dataset": settings.project.dataset,
         "preset": settings.model.preset,
+        "warm_start": champion_label(settings) if start is not None else None,
         "tasks": list(cfg.tasks),
         "train_examples": len(examples),
         "eval_examples": len(evals),

@@ -1,0 +1,35 @@
+"""sft.warm_start: champion — retraining continues from the registered champion's model."""
+
+from __future__ import annotations
+
+import uuid
+
+import torch
+
+from models.lm import load_model_dir
+from tasks.register import register
+from tasks.sft import champion_label, champion_start
+from tests.tiny_recommender import tiny_settings, write_eval, write_project
+
+
+def test_without_a_champion_sft_starts_fresh(project, tmp_path):
+    settings = tiny_settings(project, register={"model_name": f"warm-{uuid.uuid4().hex[:8]}"})
+    assert champion_start(settings, tmp_path / "dl") is None
+    assert champion_label(settings) == ""
+
+
+def test_the_champions_model_folder_is_the_starting_point(project, tmp_path):
+    name = f"warm-{uuid.uuid4().hex[:8]}"
+    settings = tiny_settings(project, register={"model_name": name})
+    write_project(settings)
+    write_eval(settings, sft={"hr@10": 0.3, "ndcg@10": 0.1})
+    register(settings)
+    assert champion_label(settings) == f"{name}@champion (v1)"
+
+    folder = champion_start(settings, tmp_path / "dl")
+    assert folder is not None and (folder / "config.json").exists()
+    start, tokenizer = load_model_dir(folder)
+    trained, _ = load_model_dir(settings.paths.sft_model)
+    for (n, a), (_, b) in zip(start.named_parameters(), trained.named_parameters(), strict=True):
+        assert torch.equal(a, b), n  # the very weights that were registered
+    assert tokenizer.convert_tokens_to_ids("<b_3>") != tokenizer.unk_token_id
