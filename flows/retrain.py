@@ -3,6 +3,8 @@ flow can be deployed and triggered with typed parameters from the Prefect UI."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prefect import flow, get_run_logger
 
 from flows.common import run_stage, save_run_config
@@ -19,11 +21,24 @@ def retrain(
     config_path: str = "params.yaml",
     overrides: list[str] | None = None,
     until: Stage = STAGES[-1],
+    dataset: str | None = None,
+    preset: Literal["tiny", "smollm2-135m", "hf"] | None = None,
 ) -> dict[str, StageResult]:
-    """Load ``params.yaml`` (+ ``section.key=value`` overrides), save the resolved config, run
-    the stages: data → SIDs → training (inline, or on the gpu pool when
-    ``orchestration.gpu_deployment`` is set) → registration behind the promotion gate."""
-    settings = load_settings(config_path, overrides or [])
+    """Load ``params.yaml`` (+ overrides), save the resolved config, run the stages: data →
+    SIDs → training (inline, or on the gpu pool when ``orchestration.gpu_deployment`` is set)
+    → registration behind the promotion gate.
+
+    Args:
+        config_path: the configuration file, relative to the worker's project folder.
+        overrides: section.key=value entries, as `sidrec pipeline --set` (values are YAML).
+        until: the last stage to run.
+        dataset: shortcut for project.dataset=<dataset>.
+        preset: shortcut for model.preset=<preset>.
+    """
+    # the shortcuts go last so they win over `overrides`, as the CLI flags win over --set
+    shortcuts = {"project.dataset": dataset, "model.preset": preset}
+    overrides = [*(overrides or []), *(f"{k}={v}" for k, v in shortcuts.items() if v is not None)]
+    settings = load_settings(config_path, overrides)
     saved = save_run_config(settings, "retrain")
     get_run_logger().info(
         "dataset %s; resolved config saved to %s", settings.project.dataset, saved

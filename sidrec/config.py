@@ -182,7 +182,8 @@ class SidsConfig(_Section):
     codebook_size: int = Field(256, ge=2)
     """Codes per level (K); the SID vocabulary has levels × K tokens."""
     incremental: bool = False
-    """Keep every existing item's SID and give new catalog items codes from the saved quantizer."""
+    """Keep every existing item's SID and give new catalog items codes from the saved quantizer
+    (a full build while there is no SID map yet)."""
     import_index: Path | None = None
     """A MiniOneRec ``*.index.json`` to import instead of training a quantizer."""
     resolve_imported_collisions: bool = False
@@ -364,7 +365,7 @@ class OrchestrationConfig(_Section):
 
     gpu_deployment: str | None = None
     """``<flow>/<deployment>`` that runs sft and grpo on the ``gpu`` pool (``prefect.yaml``
-    defines ``train-recommender/train-gpu``); null runs them inline in the parent flow."""
+    defines ``train-remote/train-gpu``); null runs them inline in the parent flow."""
     gpu_timeout_s: int = Field(86_400, ge=60)
     """How long the parent flow waits for the training deployment's run."""
 

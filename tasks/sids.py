@@ -153,7 +153,9 @@ def build(
             None,
             {"mode": "import", "raw": raw, "codebook_size": k, "fixed": None, "costs": None},
         )
-    if cfg.incremental:
+    if cfg.incremental and not paths.sid_map.exists():
+        log.info("sids.incremental: no SID map yet at %s, building one", paths.sid_map)
+    if cfg.incremental and paths.sid_map.exists():
         previous = read_sid_map(paths.sid_map)
         quantizer = load_quantizer(paths.quantizer)
         known = np.array([i in previous for i in ids])

@@ -1,5 +1,5 @@
 """`sidrec pipeline` on the embedded default (MovieLens-100k from the RecBole wheel), as `make run` does:
-every stage, ingest to evaluate (about 7 minutes on 2 CPU cores)."""
+every stage, ingest to register (about 10 minutes on 2 CPU cores), then `sidrec recommend`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -18,6 +19,7 @@ from sidrec.paths import SPLITS
 def test_pipeline_on_movielens_100k(project):
     env = {**os.environ, "PREFECT_HOME": str(project / ".prefect")}
     env.pop("PREFECT_API_URL", None)  # the ephemeral local API, as on a fresh machine
+    env.pop("MLFLOW_TRACKING_URI", None)  # the embedded default, sqlite:///mlflow.db
     proc = subprocess.run(
         [sys.executable, "-m", "sidrec", "pipeline"],
         cwd=project,
@@ -43,11 +45,41 @@ def test_pipeline_on_movielens_100k(project):
     assert sids["level_usage"][0]["usage"] >= 0.9
     assert {"collision_rate_before", "largest_collision_group", "reconstruction_error"} <= set(sids)
     report = json.loads((project / "metrics" / "eval.json").read_text())
-    assert set(report["test"]) == {"popularity", "sasrec", "sft"}
+    assert set(report["test"]) == {"popularity", "sasrec", "sft", "grpo"}
     for row in report["test"].values():
         assert {f"{m}@{k}" for m in ("hr", "ndcg") for k in (1, 5, 10, 20)} <= set(row)
     assert report["test"]["sft"]["invalid_rate"] == 0.0
+    assert report["test"]["grpo"]["invalid_rate"] == 0.0
+    grpo = json.loads((project / "metrics" / "grpo.json").read_text())
+    assert grpo["distinct_items_per_group"] == 1.0 and grpo["steps"] > 0
+    assert grpo["valid_best"]["ndcg@10"] >= grpo["valid_start"]["ndcg@10"]
     assert report["test"]["sasrec"]["ndcg@10"] > report["test"]["popularity"]["ndcg@10"]
     assert (project / "artifacts" / "sft" / "ml-100k" / "model" / "config.json").exists()
     (saved,) = list((project / "runs").glob("*-retrain/params.yaml"))
     assert yaml.safe_load(saved.read_text())["project"]["dataset"] == "ml-100k"
+
+    # the registry: version 1 of sidrec-ml-100k is the champion, and it serves recommendations
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    assert client.get_model_version_by_alias("sidrec-ml-100k", "champion").version == "1"
+    registered = json.loads((project / "metrics" / "register.json").read_text())
+    assert registered["promoted"] and registered["candidate"] == "grpo"
+    rec = subprocess.run(
+        [sys.executable, "-m", "sidrec", "recommend", "--user", "1"],
+        cwd=project,
+        env={**env, "COLUMNS": "250"},  # one table row per line
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    items = pd.read_parquet(project / "data" / "validated" / "ml-100k" / "items.parquet")
+    title_of = dict(zip(items["item_id"], items["title"], strict=True))
+    rows = [
+        [cell.strip() for cell in line.strip("│ ").split("│")]
+        for line in rec.stdout.splitlines()
+        if line.startswith("│")
+    ]
+    assert [r[0] for r in rows] == [str(rank) for rank in range(1, 11)], rec.stdout
+    assert all(title_of[item_id] == title for _, item_id, title in rows)

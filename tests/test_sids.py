@@ -77,9 +77,11 @@ def test_incremental_mode_keeps_existing_sids(project, catalog):
     assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0
 
 
-def test_incremental_without_previous_build_is_a_clear_error(project, catalog):
-    with pytest.raises(InputError, match="SID map not found"):
-        sids(_settings(project, incremental=True))
+def test_incremental_without_previous_build_builds_the_first_map(project, catalog):
+    # the first scheduled retrain (sids.incremental=true) has no map to extend yet
+    result = sids(_settings(project, incremental=True))
+    assert result.metrics["mode"] == "full"
+    assert len(read_sid_map(_settings(project).paths.sid_map)) == N_ITEMS
 
 
 def test_import_minionerec_index(project, catalog, tmp_path):

@@ -1,0 +1,144 @@
+"""Where the training stages run: inline in the parent flow, or on the ``gpu`` work pool.
+
+``orchestration.gpu_deployment`` (``"<flow>/<deployment>"``, e.g. ``train-remote/train-gpu``
+from ``prefect.yaml``) makes :func:`run_training` start the deployed :func:`train_remote`
+flow as a child run of the current flow and wait for it; without it the stages run in
+this process. Either way the caller gets the same ``dict[str, StageResult]``.
+
+The child run re-reads the configuration from ``config_path`` + ``overrides`` on the worker
+that picks it up, so both machines must see the same project folder (the compose stack
+mounts shared volumes) and the same result storage (``PREFECT_LOCAL_STORAGE_PATH``):
+the child's return value travels as a persisted Prefect result, not through the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import FlowRun
+from prefect.deployments import run_deployment
+from prefect.exceptions import MissingContextError, ObjectNotFound
+
+from sidrec.config import Settings, load_settings
+from sidrec.errors import ConfigError
+from sidrec.stage import Stage, StageResult
+
+log = logging.getLogger(__name__)
+
+FLOW_NAME = "train-remote"
+"""The deployable training flow's name: deployments of it are ``train-remote/<name>``."""
+
+
+class TrainingRunFailed(RuntimeError):
+    """The training deployment's child run ended in a state other than Completed."""
+
+
+@flow(name=FLOW_NAME, persist_result=True)
+def train_remote(
+    config_path: str = "params.yaml",
+    overrides: list[str] | None = None,
+    until: Stage = "evaluate",
+) -> dict[str, StageResult]:
+    """The training stages (sft → grpo → evaluate), run by whichever worker picks the run up.
+
+    Args:
+        config_path: the configuration file, relative to the worker's project folder.
+        overrides: ``section.key=value`` overrides, applied as ``--set`` does.
+        until: the last stage to run.
+    """
+    settings = load_settings(config_path, overrides or [])
+    return _train_inline(settings, until)
+
+
+def run_training(
+    settings: Settings,
+    config_path: str,
+    overrides: list[str] | None,
+    until: Stage,
+) -> dict[str, StageResult]:
+    """Run the training stages where ``settings.orchestration`` says and return their results.
+
+    ``config_path`` and ``overrides`` must be the ones ``settings`` was loaded from: the child
+    run loads its settings from them.
+    """
+    deployment = settings.orchestration.gpu_deployment
+    if deployment is None:
+        return _train_inline(settings, until)
+    parameters: dict[str, Any] = {
+        "config_path": config_path,
+        "overrides": list(overrides or []),
+        "until": until,
+    }
+    return _train_on_deployment(deployment, parameters, settings)
+
+
+def _train_inline(settings: Settings, until: Stage) -> dict[str, StageResult]:
+    # imported here: flows.train imports the heavy model code, and the retrain flow that
+    # imports this module may not need it at all (training on another machine)
+    from flows.train import train_recommender
+
+    return train_recommender(settings, until=until)
+
+
+def _train_on_deployment(
+    deployment: str, parameters: dict[str, Any], settings: Settings
+) -> dict[str, StageResult]:
+    timeout = settings.orchestration.gpu_timeout_s
+    _logger().info("training on deployment %s (waiting up to %d s)", deployment, timeout)
+    try:
+        # called from a sync flow: run_deployment returns the FlowRun, not a coroutine
+        child = run_deployment(
+            name=deployment,
+            parameters=parameters,
+            timeout=timeout,
+            as_subflow=True,
+            flow_run_name=f"train-{settings.project.dataset}",
+            tags=["sidrec", settings.project.dataset],
+        )
+    except ObjectNotFound:
+        raise ConfigError(
+            f"orchestration.gpu_deployment: no deployment {deployment!r} on the Prefect API; "
+            "deploy it first (`prefect deploy --name train-gpu`) or set the key to null "
+            "to train inline"
+        ) from None
+    assert isinstance(child, FlowRun)
+    return _child_results(child, deployment, timeout)
+
+
+def _child_results(child: FlowRun, deployment: str, timeout: int) -> dict[str, StageResult]:
+    """The child run's return value, or an error naming its state when it did not complete."""
+    state = child.state
+    where = f"training run {child.name!r} ({child.id}) of deployment {deployment!r}"
+    if state is None or not state.is_final():
+        raise TrainingRunFailed(
+            f"{where} did not finish within orchestration.gpu_timeout_s={timeout} s "
+            f"(state {state.name if state else 'unknown'}); is a worker polling work pool "
+            f"{child.work_pool_name!r}? The run was left as it is."
+        )
+    if not state.is_completed():
+        raise TrainingRunFailed(f"{where} ended {state.name}: {state.message or 'no message'}")
+    try:
+        results = state.result()
+    except Exception as exc:  # the storage backend decides the type (missing file, no record, ...)
+        raise TrainingRunFailed(
+            f"{where} completed but its result could not be read ({type(exc).__name__}: {exc}); "
+            "the parent flow and the gpu worker must share result storage "
+            "(the same PREFECT_LOCAL_STORAGE_PATH on a shared volume)"
+        ) from exc
+    if not isinstance(results, dict) or not all(
+        isinstance(r, StageResult) for r in results.values()
+    ):
+        raise TrainingRunFailed(
+            f"{where} returned {type(results).__name__}, expected dict[str, StageResult]"
+        )
+    return results
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    """The flow run's logger (its lines show in the Prefect UI), else the module logger."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return log

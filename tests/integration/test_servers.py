@@ -1,0 +1,267 @@
+"""The platform against real servers: ``mlflow server`` and ``prefect server start`` backed by
+the local PostgreSQL, process workers on the ``cpu`` and ``gpu`` pools, the deployments of
+``prefect.yaml``, and one ``retrain-manual`` run triggered through the API on a tiny dataset
+(training goes through the ``train-gpu`` child deployment).
+
+Needs PostgreSQL on 127.0.0.1:5432 with trust auth for ``postgres`` (as on CI); the test makes
+its own databases and drops them, runs everything on free loopback ports, and leaves nothing
+behind but what pytest's ``tmp_path`` holds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bench.retrain import tiny_project_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+PG_ADMIN = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "postgres"}
+DATASET = "itest"
+RUN_TIMEOUT_S = 1200
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S + 300)]
+
+
+# ---------------------------------------------------------------- databases and processes
+
+
+@pytest.fixture
+def databases() -> Iterator[dict[str, str]]:
+    """Two fresh PostgreSQL databases (Prefect, MLflow), dropped afterwards."""
+    # a dependency, not a skip reason: SQLAlchemy 2.1 (mlflow's backend store) reads
+    # postgresql:// URIs with psycopg 3
+    import psycopg
+
+    try:
+        # autocommit: CREATE/DROP DATABASE cannot run inside a transaction
+        admin = psycopg.connect(**PG_ADMIN, connect_timeout=5, autocommit=True)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432 for user postgres: {exc}")
+    suffix = uuid.uuid4().hex[:8]
+    names = {"prefect": f"sidrec_it_prefect_{suffix}", "mlflow": f"sidrec_it_mlflow_{suffix}"}
+    with admin.cursor() as cur:
+        for name in names.values():
+            cur.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield names
+    finally:
+        with admin.cursor() as cur:
+            for name in names.values():
+                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@dataclass
+class Processes:
+    """Background processes of one test, each in its own session so that stopping it also
+    stops what it started (uvicorn workers, flow-run subprocesses)."""
+
+    logs: Path
+    started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        self.started[name] = subprocess.Popen(
+            args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def tail(self, name: str, chars: int = 4000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {name} ---\n{self.tail(name)}" for name in self.started)
+
+    def wait_http(self, name: str, url: str, timeout: float = 180) -> None:
+        """Until ``url`` answers 200; fail with the process's log if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.started[name].poll() is not None:
+                pytest.fail(f"{name} exited ({self.started[name].returncode}):\n{self.tail(name)}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(1)
+        pytest.fail(f"{name} not answering {url} after {timeout:.0f} s:\n{self.tail(name)}")
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started.values()):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.started.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = Processes(logs)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> str:
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (
+        f"{' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    return proc.stdout
+
+
+# ---------------------------------------------------------------- the tiny project
+
+
+def write_project(root: Path) -> tuple[Path, list[str]]:
+    """A project folder: the repo's params.yaml, the benchmark's tiny generated dataset, and
+    overrides that keep every output under ``root`` and send training to the train-gpu
+    deployment (they reach the flow run as its ``overrides`` parameter, as typed in the UI)."""
+    root.mkdir(parents=True)
+    config = root / "params.yaml"
+    shutil.copy(REPO / "params.yaml", config)
+    overrides = [
+        *tiny_project_overrides(root),
+        f"project.dataset={DATASET}",
+        *(f"project.{d}_dir={root / d}" for d in ("data", "metrics", "artifacts", "runs")),
+        f"embed.cache_dir={root / 'cache'}",
+        "orchestration.gpu_deployment=train-remote/train-gpu",
+        "orchestration.gpu_timeout_s=900",
+    ]
+    return config, overrides
+
+
+# ---------------------------------------------------------------- the test
+
+
+def test_retrain_manual_deployment_on_real_servers(
+    tmp_path: Path, databases: dict[str, str], processes: Processes
+) -> None:
+    from mlflow import MlflowClient
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from sidrec.config import load_settings
+
+    config, overrides = write_project(tmp_path / "project")
+    load_settings(config, overrides)  # a typo in the overrides fails here, not in the worker
+    prefect_port, mlflow_port = free_port(), free_port()
+    api = f"http://127.0.0.1:{prefect_port}/api"
+    tracking = f"http://127.0.0.1:{mlflow_port}"
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        "MLFLOW_TRACKING_URI": tracking,
+        "SIDREC_PROJECT_DIR": str(REPO),  # where prefect.yaml's pull step moves flow runs
+        "GX_ANALYTICS_ENABLED": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+    pg = "postgres@127.0.0.1:5432"
+    prefect_db = f"postgresql+asyncpg://{pg}/{databases['prefect']}"
+    processes.start(
+        "prefect-server",
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)],
+        {**env, "PREFECT_API_DATABASE_CONNECTION_URL": prefect_db},
+        tmp_path,
+    )  # fmt: skip
+    processes.start(
+        "mlflow-server",
+        [
+            str(BIN / "mlflow"), "server",
+            "--backend-store-uri", f"postgresql://{pg}/{databases['mlflow']}",
+            "--artifacts-destination", str(tmp_path / "mlartifacts"),
+            "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
+        ],
+        env,
+        tmp_path,
+    )  # fmt: skip
+    processes.wait_http("prefect-server", f"{api}/health")
+    processes.wait_http("mlflow-server", f"{tracking}/health")
+
+    prefect = str(BIN / "prefect")
+    for pool in ("cpu", "gpu"):
+        run_cli([prefect, "work-pool", "create", pool, "--type", "process"], env, tmp_path)
+        processes.start(
+            f"worker-{pool}",
+            [prefect, "worker", "start", "--pool", pool, "--type", "process"],
+            env,
+            tmp_path,
+        )
+    prefect_file = REPO / "prefect.yaml"
+    before = prefect_file.read_text()
+    run_cli(
+        [prefect, "deploy", "--no-prompt", "--prefect-file", str(prefect_file),
+         "--name", "retrain-manual", "--name", "train-gpu"],
+        env,
+        REPO,
+    )  # fmt: skip
+    assert prefect_file.read_text() == before, "prefect deploy must not rewrite prefect.yaml"
+
+    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("retrain/retrain-manual")
+        assert deployment.work_pool_name == "cpu"
+        flow_run = client.create_flow_run_from_deployment(
+            deployment.id,
+            parameters={"config_path": str(config), "overrides": overrides, "until": "register"},
+        )
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            flow_run = client.read_flow_run(flow_run.id)
+            if flow_run.state is not None and flow_run.state.is_final():
+                break
+            time.sleep(3)
+        state = flow_run.state
+        assert state is not None and state.is_completed(), (
+            f"retrain-manual run ended {state.name if state else 'nowhere'}: "
+            f"{state.message if state else ''}\n{processes.tails()}"
+        )
+        train_gpu = client.read_deployment_by_name("train-remote/train-gpu")
+        children = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[train_gpu.id])),
+            limit=10,
+        )
+    assert [(run.state_name, run.parent_task_run_id is not None) for run in children] == [
+        ("Completed", True)
+    ], "training did not run as one child run of the train-gpu deployment"
+
+    mlflow_client = MlflowClient(tracking_uri=tracking)
+    name = f"sidrec-{DATASET}"
+    versions = mlflow_client.search_model_versions(f"name='{name}'")
+    assert len(versions) == 1, f"registered versions of {name}: {versions}"
+    champion = mlflow_client.get_model_version_by_alias(name, "champion")
+    assert champion.version == versions[0].version
+    assert (tmp_path / "project" / "metrics" / "register.json").exists()
