@@ -37,6 +37,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.sids
 	$(BIN)/python -m bench.decoding
 	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.retrain
+	$(BIN)/python -m bench.grpo
 
 clean:
 	rm -rf $(VENV)

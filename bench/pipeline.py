@@ -4,9 +4,10 @@
 
 Runs every stage function in order (as `make run` does, without the Prefect server) in a
 temporary folder with the repo's params.yaml and a cold embedding cache, then prints the
-seconds per stage and the test-split table of metrics/eval.json (popularity, SASRec and
-the SFT model, all from this one run). Targets (issue 4): the whole run <= 20 minutes on 2
-CPU cores; the SFT model's HR/NDCG next to SASRec and popularity.
+seconds per stage and the test-split table of metrics/eval.json (popularity, SASRec, the SFT
+model and the GRPO model trained from it, all from this one run and seed). Targets: the
+whole run <= 20 minutes on 2 CPU cores (issue 4); the GRPO model's test HR@10 / NDCG@10
+above its own SFT starting point, next to SASRec and popularity (issue 5).
 """
 
 from __future__ import annotations
@@ -78,8 +79,16 @@ def main() -> None:
     for name, row in report["test"].items():
         cells = [f"{row[f'hr@{k}']:.4f}" for k in ks] + [f"{row[f'ndcg@{k}']:.4f}" for k in ks]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    grpo = results["grpo"].metrics
     print(
-        f"\nSFT invalid generation rate: {report['test']['sft']['invalid_rate']:.4f}; SASRec best epoch {report['sasrec_best_epoch']}"
+        f"\ninvalid generation rate: SFT {report['test']['sft']['invalid_rate']:.4f}, GRPO "
+        f"{report['test']['grpo']['invalid_rate']:.4f}; SASRec best epoch {report['sasrec_best_epoch']}"
+        f"\nGRPO: {grpo['steps']} steps of {grpo['prompts_per_step']} prompts x G={grpo['num_generations']} "
+        f"{grpo['rollout']} rollouts, rewards {grpo['rewards']}; validation NDCG@10 (sample of "
+        f"{settings.grpo.eval_users}) {grpo['valid_start']['ndcg@10']:.4f} at the SFT start, best "
+        f"{grpo['valid_best']['ndcg@10']:.4f} at step {grpo['best_step']}"
+        f"\nregister: {results['register'].metrics.get('model_name')} "
+        f"v{results['register'].metrics.get('version')}, promoted {results['register'].metrics.get('promoted')}"
     )
 
 

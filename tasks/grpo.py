@@ -42,7 +42,7 @@ from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
 from tasks.evaluate import catalog_trie
-from tasks.sft import load_catalog_and_map, lora_config, recent_rows
+from tasks.sft import load_catalog_and_map, lora_config, recent_rows, trainer_runtime
 
 log = logging.getLogger(__name__)
 VALID_KS = (1, 5, 10)
@@ -162,7 +162,6 @@ class ValidationSample:
 
 def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResult:
     """Train the SFT model further with GRPO; ``on_samples(step, rows)`` receives each sample table."""
-    import torch
     from datasets import Dataset
 
     from models.grpo_callbacks import ValidationCallback
@@ -188,7 +187,6 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     validation = ValidationSample(settings, builder, valid, index)
     rewards, weights = reward_functions(settings, train, valid, item_ids)
 
-    gpu = torch.cuda.is_available()
     try:
         args = SidGRPOConfig(
             output_dir=str(paths.grpo_dir / "checkpoints"),
@@ -218,13 +216,9 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
             ),
             logging_steps=max(1, min(10, cfg.max_steps // 10)),
             save_strategy="no",  # the best model by validation NDCG@10 is kept instead
-            report_to=["mlflow"],
             run_name="grpo",
-            seed=settings.project.seed,
             remove_unused_columns=False,  # target_index / history_index reach the rewards
-            dataloader_num_workers=0,
-            bf16=gpu and torch.cuda.is_bf16_supported(),
-            use_cpu=not gpu,
+            **trainer_runtime(settings),
         )
     except ValueError as exc:
         raise ConfigError(f"grpo: {exc}") from None

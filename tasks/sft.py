@@ -137,6 +137,21 @@ def champion_label(settings: Settings) -> str:
     return f"{name}@champion (v{version})" if version else ""
 
 
+def trainer_runtime(settings: Settings) -> dict[str, Any]:
+    """TrainingArguments every trainer of the project shares: seed, MLflow reporting, and the
+    device (bf16 on a GPU that has it, else the CPU)."""
+    import torch
+
+    gpu = torch.cuda.is_available()
+    return {
+        "seed": settings.project.seed,
+        "report_to": ["mlflow"],
+        "dataloader_num_workers": 0,
+        "bf16": gpu and torch.cuda.is_bf16_supported(),
+        "use_cpu": not gpu,
+    }
+
+
 def lora_config(settings: Settings, modules_to_save: list[str] | None = None) -> Any:
     """peft's LoraConfig from ``model.lora`` (None when LoRA is off)."""
     if not settings.model.lora.enabled:
@@ -187,7 +202,6 @@ def build_datasets(
 
 
 def sft(settings: Settings) -> StageResult:
-    import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -216,7 +230,6 @@ def sft(settings: Settings) -> StageResult:
             builder.truncated,
         )
 
-    gpu = torch.cuda.is_available()
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
     args = SFTConfig(
         output_dir=str(paths.sft_dir / "checkpoints"),
@@ -233,12 +246,8 @@ def sft(settings: Settings) -> StageResult:
         save_total_limit=1,
         max_length=settings.model.max_length,
         completion_only_loss=True,
-        seed=settings.project.seed,
-        report_to=["mlflow"],
         run_name="sft",
-        dataloader_num_workers=0,
-        bf16=gpu and torch.cuda.is_bf16_supported(),
-        use_cpu=not gpu,
+        **trainer_runtime(settings),
     )
     # the new SID rows must learn: SFT trains the embeddings and output layer in full
     peft_config = lora_config(settings, modules_to_save=["embed_tokens", "lm_head"])
