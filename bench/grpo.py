@@ -53,6 +53,8 @@ def main() -> None:
                     f"grpo.max_steps={args.steps}",
                     f"grpo.eval_every={args.steps}",
                     "grpo.eval_users=50",
+                    # the rewards do not change what a rollout costs; no SASRec to train
+                    "grpo.rewards.collaborative=0",
                 ],
             )
             shutil.copytree(project.paths.sft_model, settings.paths.sft_model)

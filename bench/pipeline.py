@@ -85,7 +85,7 @@ def main() -> None:
         f"{report['test']['grpo']['invalid_rate']:.4f}; SASRec best epoch {report['sasrec_best_epoch']}"
         f"\nGRPO: {grpo['steps']} steps of {grpo['prompts_per_step']} prompts x G={grpo['num_generations']} "
         f"{grpo['rollout']} rollouts, rewards {grpo['rewards']}; validation NDCG@10 (sample of "
-        f"{settings.grpo.eval_users}) {grpo['valid_start']['ndcg@10']:.4f} at the SFT start, best "
+        f"{grpo['valid_users']} users) {grpo['valid_start']['ndcg@10']:.4f} at the SFT start, best "
         f"{grpo['valid_best']['ndcg@10']:.4f} at step {grpo['best_step']}"
         f"\nregister: {results['register'].metrics.get('model_name')} "
         f"v{results['register'].metrics.get('version')}, promoted {results['register'].metrics.get('promoted')}"

@@ -256,7 +256,7 @@ class GrpoRewardWeights(_Section):
     """1 for the exact target item, else 0."""
     ranking: float = Field(1.0, ge=0)
     """Rule reward plus an NDCG-style penalty for wrong items by their beam rank (MiniOneRec)."""
-    collaborative: float = Field(0.0, ge=0)
+    collaborative: float = Field(1.0, ge=0)
     """The SASRec baseline's softmax probability of the generated item given the history
     (trains SASRec inside the stage when > 0)."""
     semantic: float = Field(0.0, ge=0)
@@ -304,7 +304,7 @@ class GrpoConfig(_Section):
     """Upper clipping bound (DAPO's clip-higher); null = epsilon."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the reward std of the group, of the batch, or not at all."""
-    learning_rate: float = Field(1e-4, gt=0)
+    learning_rate: float = Field(2e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_steps: int = Field(150, ge=1)
     """Optimizer steps."""
@@ -312,8 +312,8 @@ class GrpoConfig(_Section):
     """Training prompts: each user's most recent train rows (null = all)."""
     eval_every: int = Field(50, ge=1)
     """Steps between validation HR/NDCG runs; the best model by validation NDCG@10 is kept."""
-    eval_users: int = Field(200, ge=1)
-    """Size of the fixed validation sample used during training."""
+    eval_users: int | None = Field(None, ge=1)
+    """Size of the fixed validation sample used during training (null = the whole split)."""
     log_samples_every: int = Field(50, ge=1)
     """Steps between sample tables (prompt, completions as titles, rewards)."""
     sample_rows: int = Field(4, ge=1)

@@ -138,7 +138,7 @@ class ValidationSample:
     def __init__(
         self, settings: Settings, builder: PromptBuilder, valid: pd.DataFrame, index: dict[str, int]
     ):
-        n = min(settings.grpo.eval_users, len(valid))
+        n = min(settings.grpo.eval_users or len(valid), len(valid))
         sample = valid.sample(n=n, random_state=settings.project.seed)
         self.prompts = [builder.history_prompt(list(h)) for h in sample["history"]]
         self.targets = encode_targets(list(sample["target"]), index, "valid targets")
@@ -252,6 +252,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     replace_dir(best_dir, paths.grpo_model)
 
     metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
+    metrics["valid_users"] = len(validation.targets)
     atomic_write_json(paths.metrics("grpo"), metrics)
     return StageResult.from_files(
         "grpo", [paths.grpo_model / "config.json", paths.metrics("grpo")], metrics

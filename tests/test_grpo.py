@@ -32,7 +32,9 @@ def _grpo_settings(prepared, **grpo_extra):  # noqa: F811
 
 @pytest.mark.slow
 def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(prepared):  # noqa: F811
-    settings = _grpo_settings(prepared, rewards={"ranking": 1.0, "semantic": 0.5})
+    settings = _grpo_settings(
+        prepared, rewards={"ranking": 1.0, "semantic": 0.5, "collaborative": 0.0}
+    )
     sft(settings)
     tables = []
     result = grpo(settings, on_samples=lambda step, rows: tables.append((step, rows)))
