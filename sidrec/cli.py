@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,6 +79,8 @@ def _errors(debug: bool) -> Iterator[None]:
     )
     for package in ("sidrec", "tasks", "flows", "models"):
         logging.getLogger(package).setLevel(logging.DEBUG if debug else logging.INFO)
+    if not debug:  # TRL calls transformers APIs that warn about their v6 renames on every step
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     try:
         yield
     except SidrecError as exc:

@@ -16,6 +16,7 @@ from sidrec.paths import SPLITS
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_pipeline_on_movielens_100k(project):
     env = {**os.environ, "PREFECT_HOME": str(project / ".prefect")}
     env.pop("PREFECT_API_URL", None)  # the ephemeral local API, as on a fresh machine
@@ -26,7 +27,7 @@ def test_pipeline_on_movielens_100k(project):
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1500,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ingest = json.loads((project / "metrics" / "ingest.json").read_text())

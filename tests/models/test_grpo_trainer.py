@@ -188,3 +188,25 @@ def test_ranking_reward_runs_inside_the_trainer(tmp_path, tiny):
         [row["target_index"] for row in batches[0].inputs]
     )
     assert torch.equal(rewards == 1.0, hits) and (rewards[~hits] < 0).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("rollout", ["beam", "sample"])
+def test_training_on_a_gpu_keeps_rollouts_valid_and_moves_parameters(tmp_path, tiny, rollout):
+    """The GPU worker path: model, trie tables and rollouts on CUDA, bf16 where supported."""
+    trainer, batches = _trainer(
+        tmp_path,
+        tiny,
+        rollout=rollout,
+        use_cpu=False,
+        bf16=torch.cuda.is_bf16_supported(),
+    )
+    assert trainer.model.device.type == "cuda"
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    for batch in batches:
+        groups = torch.tensor(batch.items).view(-1, G)
+        assert (groups >= 0).all() and (groups < N_ITEMS).all()
+        if rollout == "beam":
+            assert all(len(set(g.tolist())) == G for g in groups)
