@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -23,5 +24,7 @@ def bench_args(
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # TRL calls transformers APIs that warn about their v6 renames on every step
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     logging.basicConfig(level=logging.WARNING)
     return args
