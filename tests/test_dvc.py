@@ -131,7 +131,10 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
 
     params["grpo"]["learning_rate"] = 0.0005
     _write_params(work, params)
-    assert _ran(_run([str(DVC), "repro"], work)) == {"grpo", "evaluate", "register"}
+    ran = _ran(_run([str(DVC), "repro"], work))
+    # nothing upstream of grpo; evaluate and register follow only if the kept (best) model
+    # changed: with 2 steps the SFT starting point may stay the best, an identical folder
+    assert "grpo" in ran and ran <= {"grpo", "evaluate", "register"}
 
     params["embed"]["template"] = "{title}"
     _write_params(work, params)
