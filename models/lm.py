@@ -147,10 +147,10 @@ def build_tiny(
     return Qwen2ForCausalLM(config)
 
 
-def check_model_dir(path: Path) -> None:
+def check_model_dir(path: Path, missing_hint: str = "run `sidrec sft` first") -> None:
     """A clear error when a saved model folder is missing or incomplete."""
     if not path.is_dir():
-        raise InputError("model folder not found; run `sidrec sft` first", path=path)
+        raise InputError(f"model folder not found; {missing_hint}", path=path)
     missing = [
         f for f in (*REQUIRED_MODEL_FILES, *REQUIRED_TOKENIZER_FILES) if not (path / f).exists()
     ]
@@ -160,11 +160,11 @@ def check_model_dir(path: Path) -> None:
         raise InputError(f"model folder is incomplete: missing {', '.join(missing)}", path=path)
 
 
-def load_model_dir(path: Path) -> tuple[Any, Any]:
-    """(model in eval mode, tokenizer) from a folder written by the sft stage."""
+def load_model_dir(path: Path, missing_hint: str = "run `sidrec sft` first") -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer) from a folder written by the sft or grpo stage."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    check_model_dir(path)
+    check_model_dir(path, missing_hint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path)

@@ -48,8 +48,15 @@ def catalog_trie(sid_map: SidMap, item_ids: list[str], tokenizer: Any, path: Pat
 class SidRecommender:
     """A SID-generating model (SFT or GRPO) behind constrained beam search over the catalog."""
 
-    def __init__(self, path: Path, settings: Settings, sid_map: SidMap, item_ids: list[str]):
-        self.model, self.tokenizer = load_model_dir(path)
+    def __init__(
+        self,
+        path: Path,
+        settings: Settings,
+        sid_map: SidMap,
+        item_ids: list[str],
+        missing_hint: str = "run `sidrec sft` first",
+    ):
+        self.model, self.tokenizer = load_model_dir(path, missing_hint)
         self.trie = catalog_trie(sid_map, item_ids, self.tokenizer, path)
         titles = dict.fromkeys(item_ids, "")  # evaluation prompts use SIDs only
         self.prompts = PromptBuilder(
@@ -106,7 +113,13 @@ def evaluate(settings: Settings) -> StageResult:
     )
     generators = {"sft": SidRecommender(paths.sft_model, settings, sid_map, item_ids)}
     if settings.grpo.enabled:
-        generators["grpo"] = SidRecommender(paths.grpo_model, settings, sid_map, item_ids)
+        generators["grpo"] = SidRecommender(
+            paths.grpo_model,
+            settings,
+            sid_map,
+            item_ids,
+            "run `sidrec grpo` first, or set grpo.enabled false to evaluate without it",
+        )
     report: dict[str, Any] = {
         "dataset": settings.project.dataset,
         "ks": list(cfg.ks),

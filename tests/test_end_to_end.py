@@ -63,7 +63,7 @@ def test_pipeline_on_movielens_100k(project):
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    assert client.get_model_version_by_alias("sidrec-ml-100k", "champion").version == "1"
+    assert str(client.get_model_version_by_alias("sidrec-ml-100k", "champion").version) == "1"
     registered = json.loads((project / "metrics" / "register.json").read_text())
     assert registered["promoted"] and registered["candidate"] == "grpo"
     rec = subprocess.run(

@@ -15,6 +15,7 @@ from tasks.sft import sft
 from tests.test_sft_evaluate import N_ITEMS, _settings, prepared  # noqa: F401  (fixture)
 
 GRPO = {
+    "enabled": True,
     "num_generations": 4,
     "prompts_per_step": 4,
     "max_steps": 4,
@@ -91,3 +92,11 @@ def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(prepared):  # 
     with pytest.raises(InputError, match="does not match the model's tokenizer"):
         grpo(settings)
     assert not settings.paths.grpo_model.exists() and not settings.paths.metrics("grpo").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_names_the_missing_grpo_model(prepared):  # noqa: F811
+    settings = _grpo_settings(prepared)
+    sft(settings)
+    with pytest.raises(InputError, match=r"run `sidrec grpo` first, or set grpo.enabled false"):
+        evaluate(settings)

@@ -44,6 +44,9 @@ def _settings(project, **extra):
             "logging_steps": 5,
         },
         "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8, "sasrec_max_epochs": 3},
+        "grpo": {
+            "enabled": False
+        },  # these tests evaluate the SFT model; tests/test_grpo.py adds GRPO
     }
     for section, values in extra.items():
         sections[section] = {**sections.get(section, {}), **values}
