@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sidrec.errors import InputError
+from sidrec.io import read_json
 
 LEVEL_LETTERS = string.ascii_lowercase
 TOKEN_RE = re.compile(r"<([a-z])_(\d+)>")
@@ -99,12 +100,7 @@ def check_sid_map(sid_map: Mapping[str, Sequence[int]], where: str | Path) -> No
 
 def read_sid_map(path: Path) -> SidMap:
     """Load and check ``sid_map.json``."""
-    if not path.exists():
-        raise InputError("SID map not found; run `sidrec sids` first", path=path)
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"SID map is not valid JSON ({exc})", path=path) from None
+    data = read_json(path, "SID map", "run `sidrec sids` first")
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise InputError(
             "SID map must be a JSON object of item_id → list of integer codes", path=path

@@ -98,6 +98,17 @@ def atomic_write_json(target: Path, obj: Any) -> None:
     atomic_write_text(target, dumps(obj))
 
 
+def read_json(path: Path, what: str, missing_hint: str) -> Any:
+    """A JSON file's content; a clear :class:`InputError` naming ``what`` when it is missing
+    (with ``missing_hint``, e.g. which command writes it) or not valid JSON."""
+    if not path.exists():
+        raise InputError(f"{what} not found; {missing_hint}", path=path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} is not valid JSON ({exc})", path=path) from None
+
+
 def to_arrow(df: pd.DataFrame, schema: pa.Schema, path: Path | str) -> pa.Table:
     """``df`` as an Arrow table: ``schema``'s columns first, cast to their declared types,
     then any extra columns. Internal invariant: stages build conforming frames."""

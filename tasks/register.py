@@ -10,7 +10,6 @@ wrong with the inputs is checked before anything is logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -20,7 +19,7 @@ from prefect import task
 
 from sidrec.config import Settings
 from sidrec.errors import ConfigError, InputError
-from sidrec.io import atomic_write_json
+from sidrec.io import atomic_write_json, read_json
 from sidrec.orchestration import StageCache, publish_markdown
 from sidrec.stage import StageResult
 
@@ -63,12 +62,7 @@ def candidate_metrics(settings: Settings, candidate: str) -> dict[str, float]:
     from sidrec.registry import candidate_value
 
     path = settings.paths.metrics("eval")
-    if not path.exists():
-        raise InputError("evaluation metrics not found; run `sidrec evaluate` first", path=path)
-    try:
-        report = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    report = read_json(path, "evaluation metrics", "run `sidrec evaluate` first")
     if report.get("dataset") != settings.project.dataset:
         raise InputError(
             f"evaluation is of dataset {report.get('dataset')!r}, not "
