@@ -210,10 +210,13 @@ def sft(settings: Settings) -> StageResult:
     train = read_table(paths.split("train"), SPLIT, "train split")
     valid = read_table(paths.split("valid"), SPLIT, "valid split")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
-    staging = tempfile.TemporaryDirectory(prefix="sidrec-champion-")
-    start = champion_start(settings, Path(staging.name)) if cfg.warm_start == "champion" else None
-    if start is not None:
-        model, tokenizer = load_model_dir(start)
+    warm = None
+    if cfg.warm_start == "champion":
+        with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as download:
+            start = champion_start(settings, Path(download))
+            warm = load_model_dir(start) if start is not None else None  # loaded into memory
+    if warm is not None:
+        model, tokenizer = warm
         if add_sid_tokens(tokenizer, levels, k):  # codes beyond the champion's vocabulary
             model.resize_token_embeddings(len(tokenizer))
         model.train()
@@ -265,11 +268,10 @@ def sft(settings: Settings) -> StageResult:
         result = trainer.train()
         eval_metrics = trainer.evaluate()
     save_model_dir(trainer.model, tokenizer, paths.sft_model)
-    staging.cleanup()
     metrics = {
         "dataset": settings.project.dataset,
         "preset": settings.model.preset,
-        "warm_start": champion_label(settings) if start is not None else None,
+        "warm_start": champion_label(settings) if warm is not None else None,
         "tasks": list(cfg.tasks),
         "train_examples": len(examples),
         "eval_examples": len(evals),

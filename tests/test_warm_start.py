@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 import torch
 
 from models.lm import load_model_dir
 from tasks.register import register
-from tasks.sft import champion_label, champion_start
+from tasks.sft import champion_label, champion_start, sft
+from tests.test_sft_evaluate import _settings, prepared  # noqa: F401  (fixture)
 from tests.tiny_recommender import tiny_settings, write_eval, write_project
 
 
@@ -33,3 +35,17 @@ def test_the_champions_model_folder_is_the_starting_point(project, tmp_path):
     for (n, a), (_, b) in zip(start.named_parameters(), trained.named_parameters(), strict=True):
         assert torch.equal(a, b), n  # the very weights that were registered
     assert tokenizer.convert_tokens_to_ids("<b_3>") != tokenizer.unk_token_id
+
+
+@pytest.mark.slow
+def test_sft_continues_from_the_champion(prepared):  # noqa: F811
+    name = f"warm-{uuid.uuid4().hex[:8]}"
+    root = prepared.paths.data_dir.parent
+    settings = _settings(root, register={"model_name": name})
+    sft(settings)
+    write_eval(settings, sft={"hr@10": 0.3, "ndcg@10": 0.1})
+    register(settings)  # the first SFT model becomes the champion
+    warm = _settings(root, register={"model_name": name}, sft={"warm_start": "champion"})
+    result = sft(warm)
+    assert result.metrics["warm_start"] == f"{name}@champion (v1)"
+    assert sft(settings).metrics["warm_start"] is None  # warm_start none: a fresh model
