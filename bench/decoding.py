@@ -32,7 +32,8 @@ import transformers
 from transformers import LogitsProcessor
 
 from bench.common import bench_args
-from models.constrained import SidConstrainedLogitsProcessor, SidTrie
+from models.constrained import SidConstrainedLogitsProcessor
+from models.sid_trie import SidTrie
 
 LEVELS, K, N_ITEMS, BATCH, BEAMS, PROMPT = 3, 256, 1682, 8, 20, 32
 EOS = 1

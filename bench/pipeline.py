@@ -3,11 +3,12 @@
     python -m bench.pipeline        # or: make bench
 
 Runs every stage function in order (as `make run` does, without the Prefect server) in a
-temporary folder with the repo's params.yaml and a cold embedding cache, then prints the
-seconds per stage and the test-split table of metrics/eval.json (popularity, SASRec, the SFT
-model and the GRPO model trained from it, all from this one run and seed). Targets: the
-whole run <= 20 minutes on 2 CPU cores (issue 4); the GRPO model's test HR@10 / NDCG@10
-above its own SFT starting point, next to SASRec and popularity (issue 5).
+temporary folder with the repo's params.yaml and a cold embedding cache, evaluates the same
+models a second time with ``evaluate.exclude_seen: false``, then prints the seconds per stage
+and the results table under both protocols — popularity, SASRec, the SFT model and the GRPO
+model trained from it, all from this one run and seed — with 95% bootstrap intervals over
+users and the paired intervals of the differences that matter ("beats" only where the paired
+interval excludes 0). Target: the whole run <= 15 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import bench_args
 from sidrec.config import load_settings
@@ -53,6 +55,15 @@ def main() -> None:
             started = time.perf_counter()
             results[stage] = stage_fn(settings)
             seconds[stage] = time.perf_counter() - started
+        unmasked_dir = work / "metrics-unmasked"
+        unmasked = settings.model_copy(
+            update={
+                "project": settings.project.model_copy(update={"metrics_dir": unmasked_dir}),
+                "evaluate": settings.evaluate.model_copy(update={"exclude_seen": False}),
+            }
+        )
+        evaluate_fn = importlib.import_module("tasks.evaluate").evaluate
+        unmasked_report = evaluate_fn(unmasked).metrics
     report = results["evaluate"].metrics
     sft = results["sft"].metrics
     print(
@@ -67,21 +78,14 @@ def main() -> None:
         + " | ".join(f"{seconds[s]:.0f}" for s in STAGES)
         + f" | {sum(seconds.values()):.0f} |\n"
     )
-    ks = report["ks"]
-    print(
-        "| model (test) | "
-        + " | ".join(f"HR@{k}" for k in ks)
-        + " | "
-        + " | ".join(f"NDCG@{k}" for k in ks)
-        + " |"
-    )
-    print("|---|" + "---|" * (2 * len(ks)))
-    for name, row in report["test"].items():
-        cells = [f"{row[f'hr@{k}']:.4f}" for k in ks] + [f"{row[f'ndcg@{k}']:.4f}" for k in ks]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    for name, r in (
+        ("seen items excluded (default)", report),
+        ("nothing excluded", unmasked_report),
+    ):
+        print(results_table(r, name))
     grpo = results["grpo"].metrics
     print(
-        f"\ninvalid generation rate: SFT {report['test']['sft']['invalid_rate']:.4f}, GRPO "
+        f"invalid generation rate: SFT {report['test']['sft']['invalid_rate']:.4f}, GRPO "
         f"{report['test']['grpo']['invalid_rate']:.4f}; SASRec best epoch {report['sasrec_best_epoch']}"
         f"\nGRPO: {grpo['steps']} steps of {grpo['prompts_per_step']} prompts x G={grpo['num_generations']} "
         f"{grpo['rollout']} rollouts, rewards {grpo['rewards']}; validation NDCG@10 (sample of "
@@ -90,6 +94,35 @@ def main() -> None:
         f"\nregister: {results['register'].metrics.get('model_name')} "
         f"v{results['register'].metrics.get('version')}, promoted {results['register'].metrics.get('promoted')}"
     )
+
+
+def results_table(report: dict[str, Any], protocol: str) -> str:
+    """Test HR@10 / NDCG@10 with 95% intervals, coverage and popularity per model, then the
+    paired differences, as a markdown table."""
+    test, ci = report["test"], report["intervals"]["test"]
+    lines = [
+        f"**{protocol}** — {report['test_rows']} test users, {report['protocol']['num_beams']} beams",
+        "",
+        "| model (test) | HR@10 [95% CI] | NDCG@10 [95% CI] | coverage@10 | popularity pct@10 |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in test.items():
+        cells = [
+            f"{row[m]:.4f} [{ci[name][m]['low']:.4f}, {ci[name][m]['high']:.4f}]"
+            for m in ("hr@10", "ndcg@10")
+        ]
+        lines.append(
+            f"| {name} | {' | '.join(cells)} | {row['coverage@10']:.3f} | "
+            f"{row['popularity_percentile@10']:.1f} |"
+        )
+    for pair, diff in report["paired"]["test"].items():
+        d = diff["ndcg@10"]
+        word = "beats" if d["low"] > 0 else "trails" if d["high"] < 0 else "within noise"
+        pair = pair.replace("best generative", f"best generative ({report['best_generative']})")
+        lines.append(
+            f"| {pair} (paired) | | {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] {word} | | |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -64,8 +64,9 @@ def tiny_project_overrides(root: Path) -> list[str]:
             "log_samples_every": 2,
             "sample_rows": 1,
         },
-        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8, "sasrec_max_epochs": 2},
-        "register": {"top_k": 5, "num_beams": 10},
+        "sasrec": {"max_epochs": 2},
+        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8},
+        "register": {"top_k": 5},
     }
     return [
         f"{section}.{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"

@@ -50,6 +50,11 @@ def _highlights(result: StageResult) -> str:
             f"{m['items']:,} SIDs x {m['levels']} levels · collisions {m['collision_rate_before']:.4f} "
             f"→ {m['collision_rate_after']:.4f} · level-1 usage {m['level_usage'][0]['usage']:.0%}"
         )
+    if result.stage == "baselines":
+        return (
+            f"SASRec max_len {m['max_len']} · best epoch {m['best_epoch']} of {m['epochs_run']} · "
+            f"valid-selection NDCG@10 {m['valid_selection']['ndcg@10']:.4f} · {m['seconds']:.0f} s"
+        )
     if result.stage == "sft":
         return f"{m['train_examples']:,} examples · {m['steps']} steps · eval loss {m['eval_loss']:.3f}"
     if result.stage == "grpo":
@@ -62,5 +67,8 @@ def _highlights(result: StageResult) -> str:
         from tasks.register import summary_line
 
         return summary_line(m)
-    k = 10 if 10 in m["ks"] else max(m["ks"])
-    return " · ".join(f"{name} NDCG@{k} {row[f'ndcg@{k}']:.4f}" for name, row in m["test"].items())
+    if result.stage == "evaluate":
+        from tasks.evaluate import summary_line as evaluate_line
+
+        return evaluate_line(m)
+    return ""

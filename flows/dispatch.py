@@ -41,7 +41,8 @@ def train_remote(
     overrides: list[str] | None = None,
     until: Stage = "evaluate",
 ) -> dict[str, StageResult]:
-    """The training stages (sft → grpo → evaluate), run by whichever worker picks the run up.
+    """The training stages (baselines → sft → grpo → evaluate), run by whichever worker picks
+    the run up.
 
     Args:
         config_path: the configuration file, relative to the worker's project folder.

@@ -56,7 +56,7 @@ def _run_stages(
     results = prepare_data(settings, until=_clip(until, "split"))
     if _reaches(until, "embed"):
         results |= build_sids(settings, until=_clip(until, "sids"))
-    if _reaches(until, "sft"):
+    if _reaches(until, "baselines"):
         results |= run_training(settings, config_path, overrides, _clip(until, "evaluate"))
     if _reaches(until, "register") and settings.register_.enabled:
         from tasks.register import register_task

@@ -1,22 +1,16 @@
 """Constrained decoding of semantic IDs: a generated SID is always an item in the catalog.
 
 The prompt ends with a non-SID token; generation then emits exactly L SID tokens and EOS.
-:class:`SidTrie` holds the catalog's SIDs as a prefix tree in flat, sorted tensors (O(n·L)
-memory); :class:`SidConstrainedLogitsProcessor` is a ``transformers.LogitsProcessor`` that,
-at every step, keeps only the tokens that extend each row's SID prefix to a catalog SID (EOS
-once the SID is complete). It is stateless — the step is read from ``input_ids`` — and
-vectorized over all batch × beam rows. :func:`generate_sids` runs beam search with it.
-
-Trie layout. Node 0 is the root (empty prefix); every distinct SID prefix of length d ≥ 1 is
-a node; one extra *dead* node stands for "not a catalog prefix". An edge is keyed by
-``parent · S + rank(token)`` (S = number of distinct SID tokens); edges are kept sorted, so a
-parent's children are contiguous and node ``e + 1`` is the child of edge ``e``. One step down
-the tree is one ``searchsorted`` over the edge keys.
+:class:`~models.sid_trie.SidTrie` holds the catalog's SIDs as a prefix tree;
+:class:`SidConstrainedLogitsProcessor` is a ``transformers.LogitsProcessor`` that, at every
+step, keeps only the tokens that extend each row's SID prefix to a catalog SID (EOS once the
+SID is complete), optionally skipping branches that hold only a prompt's excluded items. It is
+stateless — the step is read from ``input_ids`` — and vectorized over all batch × beam rows.
+:func:`generate_sids` runs beam search with it.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -26,175 +20,9 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from models.sid import level_token
+from models.sid_trie import SidTrie
 
 logger = logging.getLogger(__name__)
-
-
-class SidTrie:
-    """The catalog's SIDs, as token ids, in a prefix tree that decodes on any device.
-
-    Row ``i`` of ``sid_token_ids`` is item ``i``: :meth:`item_index` returns these rows.
-    """
-
-    def __init__(self, *, sid_token_ids: torch.Tensor, item_ids: Sequence[str] | None = None):
-        """``sid_token_ids``: (n_items, L) integer token ids, rows distinct. ``item_ids``:
-        optional item id per row (kept as :attr:`item_ids`)."""
-        tokens = torch.as_tensor(sid_token_ids)
-        if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
-            raise ValueError(
-                f"sid_token_ids must be a non-empty (n_items, L) matrix, got shape {tuple(tokens.shape)}"
-            )
-        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-            raise ValueError(f"sid_token_ids must hold integer token ids, got {tokens.dtype}")
-        if item_ids is not None and len(item_ids) != tokens.shape[0]:
-            raise ValueError(f"{len(item_ids)} item_ids for {tokens.shape[0]} SIDs")
-        tokens = tokens.to(device="cpu", dtype=torch.int64).contiguous()
-        if bool((tokens < 0).any()):
-            raise ValueError("sid_token_ids must be non-negative token ids")
-        self.sid_token_ids = tokens
-        self.item_ids = tuple(item_ids) if item_ids is not None else None
-        self.n_items, self.levels = tokens.shape
-        self.max_token_id = int(tokens.max())
-
-        self._vocab = torch.unique(tokens)  # sorted distinct SID token ids
-        s = len(self._vocab)
-        rank = torch.searchsorted(self._vocab, tokens)
-        node = torch.zeros(self.n_items, dtype=torch.int64)  # every item starts at the root
-        keys, n_nodes = [], 1
-        for level in range(self.levels):
-            key = node * s + rank[:, level]
-            unique, inverse = torch.unique(key, return_inverse=True)  # sorted
-            keys.append(unique)
-            node = n_nodes + inverse  # child of edge e is node e + 1 (edges numbered in order)
-            n_nodes += len(unique)
-        if len(keys[-1]) < self.n_items:
-            leaf = node - (n_nodes - len(keys[-1]))
-            first = int(torch.nonzero(torch.bincount(leaf)[leaf] > 1)[0])
-            same = torch.nonzero(leaf == leaf[first]).flatten().tolist()[:5]
-            names = [self.item_ids[i] for i in same] if self.item_ids is not None else same
-            raise ValueError(
-                f"{self.n_items - len(keys[-1])} SIDs duplicate another item's; every item needs "
-                f"its own SID (e.g. {'items' if self.item_ids else 'rows'} {names} share "
-                f"token ids {tokens[first].tolist()}); resolve SID collisions first"
-            )
-        if n_nodes * s >= 2**62:
-            raise ValueError(f"catalog too large for int64 trie keys ({n_nodes} nodes × {s})")
-        self._edge_keys = torch.cat(keys)
-        self._edge_tokens = self._vocab[self._edge_keys % s]
-        self.dead_node = n_nodes
-        """Node id of "not a catalog SID prefix" (no children)."""
-        self._first_leaf = n_nodes - self.n_items
-        # children of node v are edges offsets[v]:offsets[v+1]; leaves and dead have none
-        self._offsets = torch.searchsorted(
-            self._edge_keys, torch.arange(n_nodes + 2, dtype=torch.int64) * s
-        )
-        self.max_fanout = int((self._offsets[1:] - self._offsets[:-1]).max())
-        self._leaf_item = torch.empty(self.n_items, dtype=torch.int64)
-        self._leaf_item[node - self._first_leaf] = torch.arange(self.n_items)
-
-    @classmethod
-    def from_sid_map(cls, sid_map: Mapping[str, Sequence[int]], tokenizer: Any) -> SidTrie:
-        """Trie of a SID map (item id → codes), items in the map's order, codes mapped to the
-        tokenizer's ids of ``level_token(level, code)``."""
-        if not sid_map:
-            raise ValueError("SID map is empty; nothing to constrain decoding to")
-        lengths = {len(codes) for codes in sid_map.values()}
-        if len(lengths) != 1:
-            raise ValueError(f"SIDs have different lengths {sorted(lengths)}; all must be equal")
-        codes = torch.tensor([list(c) for c in sid_map.values()], dtype=torch.int64)
-        if codes.ndim != 2 or codes.shape[1] == 0:
-            raise ValueError("SIDs must have at least one level")
-        unk_id, unk = (
-            getattr(tokenizer, "unk_token_id", None),
-            getattr(tokenizer, "unk_token", None),
-        )
-        token_ids = torch.empty_like(codes)
-        for level in range(codes.shape[1]):
-            distinct = torch.unique(codes[:, level])
-            ids = []
-            for code in distinct.tolist():
-                token = level_token(level, code)
-                token_id = tokenizer.convert_tokens_to_ids(token)
-                if token_id is None or (token_id == unk_id and token != unk):
-                    raise ValueError(
-                        f"SID token {token!r} is not in the tokenizer; add the SID tokens "
-                        "(tokenizer.add_tokens) and resize the model's embeddings first"
-                    )
-                ids.append(token_id)
-            column = codes[:, level].contiguous()
-            token_ids[:, level] = torch.tensor(ids)[torch.searchsorted(distinct, column)]
-        return cls(sid_token_ids=token_ids, item_ids=list(sid_map))
-
-    def to(self, device: torch.device | str) -> SidTrie:
-        """A copy whose tables live on ``device`` (itself if they already do)."""
-        device = torch.device(device)
-        if self._edge_keys.device == device:
-            return self
-        moved = copy.copy(self)
-        for name in ("_vocab", "_edge_keys", "_edge_tokens", "_offsets", "_leaf_item"):
-            setattr(moved, name, getattr(self, name).to(device))
-        return moved
-
-    @property
-    def device(self) -> torch.device:
-        return self._edge_keys.device
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the decoding tables (O(n_items · L)); ``sid_token_ids`` not counted."""
-        tables = (self._vocab, self._edge_keys, self._edge_tokens, self._offsets, self._leaf_item)
-        return sum(t.numel() * t.element_size() for t in tables)
-
-    def is_sid_token(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Boolean tensor: which entries are SID tokens (of any level)."""
-        return self._ranks(token_ids)[1]
-
-    def walk(self, prefixes: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """Node reached by each row's first ``lengths[row]`` tokens (all columns if None);
-        the dead node where they are not a catalog SID prefix. ``prefixes``: (rows, T)."""
-        return self._walk(*self._ranks(prefixes), lengths)
-
-    def _ranks(self, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rank of each token among the SID tokens (clamped), and whether it is one."""
-        rank = torch.searchsorted(self._vocab, token_ids.contiguous()).clamp_(
-            max=len(self._vocab) - 1
-        )
-        return rank, self._vocab[rank] == token_ids
-
-    def _walk(
-        self, rank: torch.Tensor, is_sid: torch.Tensor, lengths: torch.Tensor | None
-    ) -> torch.Tensor:
-        s, last_edge = len(self._vocab), len(self._edge_keys) - 1
-        node = torch.zeros(rank.shape[0], dtype=torch.int64, device=rank.device)
-        for j in range(rank.shape[1]):
-            key = node * s + rank[:, j]
-            edge = torch.searchsorted(self._edge_keys, key).clamp_(max=last_edge)
-            found = is_sid[:, j] & (self._edge_keys[edge] == key)
-            # the dead node has no edges, so once dead a row stays dead
-            child = torch.where(found, edge + 1, self.dead_node)
-            node = child if lengths is None else torch.where(j < lengths, child, node)
-        return node
-
-    def item_index(self, generated_token_ids: torch.Tensor) -> torch.Tensor:
-        """(n, L) SID token ids → (n,) item row, -1 where the SID is not in the catalog."""
-        if generated_token_ids.ndim != 2 or generated_token_ids.shape[1] != self.levels:
-            raise ValueError(
-                f"expected (n, {self.levels}) SID token ids, got {tuple(generated_token_ids.shape)}"
-            )
-        node = self.walk(generated_token_ids.to(device=self.device, dtype=torch.int64))
-        leaf = node - self._first_leaf
-        is_leaf = (leaf >= 0) & (node < self.dead_node)
-        return torch.where(is_leaf, self._leaf_item[leaf.clamp(0, self.n_items - 1)], -1)
-
-    def allowed_next(self, node: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-        """(rows, max_fanout) token ids allowed after each node, repeated to fill the row
-        (leaves and the dead node: EOS only)."""
-        start = self._offsets[node]
-        count = self._offsets[node + 1] - start
-        cols = torch.arange(self.max_fanout, device=node.device)
-        idx = torch.minimum(start[:, None] + cols, (start + count - 1)[:, None]).clamp_(min=0)
-        return torch.where(count[:, None] > 0, self._edge_tokens[idx], eos_token_id)
 
 
 class SidConstrainedLogitsProcessor(LogitsProcessor):
@@ -213,21 +41,51 @@ class SidConstrainedLogitsProcessor(LogitsProcessor):
     scores are a fresh log-softmax. Greedy search and sampling hand over the very tensor they
     keep as ``output_logits``; with ``output_logits=True`` there, pass ``inplace=False`` (one
     rows × vocab copy per step), as transformers' own processors do since PR #29680.
+
+    ``banned_nodes`` (``trie.banned_nodes(...)``, one row per prompt) also drops tokens that
+    lead into a banned node. Row r belongs to prompt ``r // (rows // batch)``: beam search lays
+    out batch × num_beams rows in order, so the factor is read from the shapes of each call. A
+    row already inside a banned node (only a beam forced there by -inf scores, or the root when
+    every item is banned) gets EOS only, like a dead row: beam search always has a token to
+    pick, and the caller drops the result (see :func:`generate_sids`).
     """
 
-    def __init__(self, *, trie: SidTrie, eos_token_id: int, inplace: bool = True):
+    def __init__(
+        self,
+        *,
+        trie: SidTrie,
+        eos_token_id: int,
+        inplace: bool = True,
+        banned_nodes: torch.Tensor | None = None,
+    ):
         if bool(trie.is_sid_token(torch.tensor([eos_token_id], device=trie.device))):
             raise ValueError(f"eos_token_id {eos_token_id} is a SID token; it must not be")
+        if banned_nodes is not None and (
+            banned_nodes.dtype != torch.bool
+            or banned_nodes.ndim != 2
+            or banned_nodes.shape[1] != trie.dead_node + 1
+        ):
+            raise ValueError(
+                f"banned_nodes must be a (batch, {trie.dead_node + 1}) bool tensor from "
+                f"trie.banned_nodes(...), got {banned_nodes.dtype} {tuple(banned_nodes.shape)}"
+            )
         self.trie = trie
         self.eos_token_id = int(eos_token_id)
         self.inplace = inplace
-        # device copies of the trie: a cache of constant tables, not decoding state
-        self._tries = {trie.device: trie}
+        self.banned_nodes = banned_nodes
+        # device copies of the tables: a cache of constants, not decoding state
+        self._tables = {trie.device: (trie, banned_nodes)}
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        trie = self._tries.get(scores.device)
-        if trie is None:
-            trie = self._tries[scores.device] = self.trie.to(scores.device)
+        tables = self._tables.get(scores.device)
+        if tables is None:
+            banned = self.banned_nodes
+            tables = (
+                self.trie.to(scores.device),
+                None if banned is None else banned.to(scores.device),
+            )
+            self._tables[scores.device] = tables
+        trie, banned = tables
         vocab = scores.shape[-1]
         if max(trie.max_token_id, self.eos_token_id) >= vocab:
             raise ValueError(
@@ -245,8 +103,18 @@ class SidConstrainedLogitsProcessor(LogitsProcessor):
         pos = ((width - step)[:, None] + cols).clamp_(max=width - 1)  # prefix, left-aligned
         node = trie._walk(rank.gather(1, pos), is_sid.gather(1, pos), step)
         node = torch.where(step > levels, trie.dead_node, node)
-        allowed = trie.allowed_next(node, self.eos_token_id)
+        if banned is not None:
+            rows, batch = len(scores), len(banned)
+            if batch == 0 or rows % batch:
+                raise ValueError(f"{rows} score rows are not num_beams rows for {batch} prompts")
+            prompt = torch.arange(rows, device=scores.device) // (rows // batch)
+            node = torch.where(banned[prompt, node], trie.dead_node, node)
+        allowed, child = trie._next(node, self.eos_token_id)
         kept = scores.gather(1, allowed)
+        if banned is not None:  # EOS leads to the (banned) dead node but stays allowed
+            kept.masked_fill_(
+                banned[prompt[:, None], child] & (allowed != self.eos_token_id), float("-inf")
+            )
         out = scores if self.inplace else torch.empty_like(scores)
         out.fill_(float("-inf"))
         return out.scatter_(1, allowed, kept)
@@ -254,9 +122,11 @@ class SidConstrainedLogitsProcessor(LogitsProcessor):
 
 class SidGeneration(NamedTuple):
     items: torch.Tensor
-    """(batch, top_k) item rows of the trie, best first; -1 where the SID is not an item."""
+    """(batch, top_k) item rows of the trie, best first; -1 where the SID is not an item (with
+    ``exclude``: the allowed items first, -1 after them)."""
     scores: torch.Tensor
-    """(batch, top_k) sequence log-probability / (L + 1) (transformers' beam score)."""
+    """(batch, top_k) sequence log-probability / (L + 1) (transformers' beam score); with
+    ``exclude``, -inf where ``items`` is -1."""
     truncated: int
     """How many prompts were longer than ``max_prompt_tokens`` and lost their beginning."""
 
@@ -271,6 +141,7 @@ def generate_sids(
     top_k: int,
     max_prompt_tokens: int,
     eos_token_id: int | None = None,
+    exclude: Sequence[Sequence[int]] | None = None,
 ) -> SidGeneration:
     """Top-``top_k`` catalog items per prompt by constrained beam search.
 
@@ -280,6 +151,11 @@ def generate_sids(
     to the tokenizer's. With ``num_beams >= top_k`` the returned items are distinct.
     The model's own ``repetition_penalty`` / ``no_repeat_ngram_size`` are switched off: they
     would rescore SIDs that share codes with the history.
+
+    ``exclude``: per prompt, item rows never to return (e.g. the user's history). Beams skip
+    branches that hold only excluded items; the result keeps each prompt's allowed, distinct
+    items first (in beam order) and fills the rest with -1 / -inf, so a prompt with fewer
+    than ``top_k`` allowed items gets fewer. ``exclude=None`` leaves the result untouched.
     """
     if top_k < 1 or num_beams < top_k:
         raise ValueError(f"need 1 <= top_k <= num_beams, got top_k={top_k}, num_beams={num_beams}")
@@ -306,8 +182,14 @@ def generate_sids(
         )
     device = model.device
     trie = trie.to(device)
+    banned = None if exclude is None else _exclusion_mask(exclude, len(input_ids), trie.n_items)
     beam = num_beams > 1  # greedy keeps the processed tensor as output_logits: copy it
-    processor = SidConstrainedLogitsProcessor(trie=trie, eos_token_id=eos, inplace=beam)
+    processor = SidConstrainedLogitsProcessor(
+        trie=trie,
+        eos_token_id=eos,
+        inplace=beam,
+        banned_nodes=None if banned is None else trie.banned_nodes(banned),
+    )
     out = model.generate(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
@@ -339,7 +221,39 @@ def generate_sids(
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1)
         chosen = generated[:, : logp.shape[1], None]
         scores = logp.gather(2, chosen).squeeze(2).sum(1) / logp.shape[1]
-    return SidGeneration(items, scores.view(len(input_ids), top_k), truncated)
+    scores = scores.view(len(input_ids), top_k)
+    if banned is not None:
+        items, scores = _keep_allowed(items, scores, banned.to(items.device))
+    return SidGeneration(items, scores, truncated)
+
+
+def _exclusion_mask(exclude: Sequence[Sequence[int]], batch: int, n_items: int) -> torch.Tensor:
+    """(batch, n_items) bool, True where the prompt's ``exclude`` list names the item row."""
+    if isinstance(exclude, str) or len(exclude) != batch:
+        raise ValueError(f"exclude needs one list of item rows per prompt ({batch} prompts)")
+    counts = torch.tensor([len(rows) for rows in exclude], dtype=torch.int64)
+    cols = torch.tensor([int(i) for rows in exclude for i in rows], dtype=torch.int64)
+    if len(cols) and not bool(((cols >= 0) & (cols < n_items)).all()):
+        raise ValueError(
+            f"exclude names item rows outside 0..{n_items - 1}; pass trie rows "
+            "(positions in trie.item_ids), not item ids"
+        )
+    mask = torch.zeros(batch, n_items, dtype=torch.bool)
+    mask[torch.repeat_interleave(torch.arange(batch), counts), cols] = True
+    return mask
+
+
+def _keep_allowed(
+    items: torch.Tensor, scores: torch.Tensor, banned: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Items that are invalid, banned or a repeat of an earlier one in their row become -1
+    (score -inf); the rest move to the front in their order. Beams that had no allowed item
+    left (too few allowed items for num_beams) end in exactly such rows."""
+    ok = (items >= 0) & ~banned.gather(1, items.clamp(min=0))
+    ok &= ~(items[:, :, None] == items[:, None, :]).tril(-1).any(2)  # an earlier equal item
+    order = torch.sort((~ok).to(torch.int8), dim=1, stable=True).indices  # kept ones first
+    items = torch.where(ok, items, -1).gather(1, order)
+    return items, torch.where(ok, scores, float("-inf")).gather(1, order)
 
 
 def rank_items(
@@ -352,11 +266,15 @@ def rank_items(
     top_k: int,
     batch_size: int,
     max_prompt_tokens: int,
+    exclude: Sequence[Sequence[int]] | None = None,
 ) -> np.ndarray:
-    """(len(prompts), top_k) catalog rows by constrained beam search, best first (-1 = invalid),
-    ``batch_size`` prompts per ``generate`` call, with a progress bar."""
+    """(len(prompts), top_k) catalog rows by constrained beam search, best first (-1 = invalid
+    or, with ``exclude``, missing), ``batch_size`` prompts per ``generate`` call, with a
+    progress bar. ``exclude``: item rows to leave out, one list per prompt."""
     from tqdm.auto import tqdm
 
+    if exclude is not None and len(exclude) != len(prompts):
+        raise ValueError(f"exclude has {len(exclude)} lists for {len(prompts)} prompts")
     chunks = []
     for start in tqdm(range(0, len(prompts), batch_size), desc="beam search", leave=False):
         with torch.no_grad():
@@ -368,6 +286,7 @@ def rank_items(
                 num_beams=num_beams,
                 top_k=top_k,
                 max_prompt_tokens=max_prompt_tokens,
+                exclude=None if exclude is None else exclude[start : start + batch_size],
             )
         chunks.append(out.items.cpu().numpy())
     return np.concatenate(chunks)

@@ -31,8 +31,9 @@ from transformers import LogitsProcessorList
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from models.constrained import SidConstrainedLogitsProcessor, SidTrie, generate_sids, left_pad
+from models.constrained import SidConstrainedLogitsProcessor, generate_sids, left_pad
 from models.grpo_config import SidGRPOConfig
+from models.sid_trie import SidTrie
 
 log = logging.getLogger(__name__)
 

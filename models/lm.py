@@ -22,6 +22,7 @@ from typing import Any
 
 from models.sid import level_token
 from sidrec.errors import ConfigError, InputError
+from sidrec.io import replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +190,3 @@ def save_model_dir(model: Any, tokenizer: Any, target: Path) -> None:
         replace_dir(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def replace_dir(source: Path, target: Path) -> None:
-    """Move the complete folder ``source`` to ``target``, replacing what was there (the old
-    folder is moved aside first, so ``target`` is never half-written)."""
-    old = target.with_name(f".{target.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    source.rename(target)
-    shutil.rmtree(old, ignore_errors=True)

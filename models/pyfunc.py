@@ -1,9 +1,9 @@
 """The recommender as a servable MLflow pyfunc model.
 
 :class:`Recommender` is the plain object: a fine-tuned model, its tokenizer, the SID map and
-the item catalog; ``recommend(histories, k)`` returns the top-K catalog items per history by
-beam search constrained to the catalog's SIDs (``models/constrained.py``), with the same
-prompts as training and evaluation (``models/prompts.py``).
+the item catalog; ``recommend(histories, k)`` returns the top-K catalog items per history
+from :class:`models.recommender.SidRecommender` — the same prompts, constrained beam search
+and exclusion of the history's items as the evaluate stage scores.
 
 :class:`SidRecommenderModel` wraps it for MLflow: its artifacts are the model folder, the SID
 map, the catalog (item_id, title) and the generation settings; ``load_context`` builds the
@@ -53,9 +53,11 @@ class GenerationSettings(NamedTuple):
     max_length: int
     """The model's context length (``model.max_length`` at training time)."""
     max_history: int
-    """Histories are cut to their most recent items, as in training (``split.max_history``)."""
+    """Prompts keep each history's most recent items, as in training (``split.max_history``)."""
     batch_size: int = 16
     """Histories per ``generate`` call."""
+    exclude_history: bool = True
+    """Never recommend an item of the history the request gives (``evaluate.exclude_seen``)."""
 
 
 class Recommendations(NamedTuple):
@@ -68,7 +70,8 @@ class Recommendations(NamedTuple):
 
 
 class Recommender:
-    """Top-K catalog items for item histories, by constrained beam search over the SIDs."""
+    """Item ids and titles from :class:`models.recommender.SidRecommender`, the recommender the
+    evaluate stage scores: the served answer for a history is the evaluated ranking."""
 
     def __init__(
         self,
@@ -81,26 +84,21 @@ class Recommender:
     ):
         """``catalog``: item_id and title of every item that may be recommended (each must
         have a SID in ``sid_map``)."""
-        from models.constrained import SidTrie
-        from models.prompts import PromptBuilder
+        from models.recommender import SidRecommender
 
-        item_ids = catalog["item_id"].astype(str).tolist()
-        missing = [i for i in item_ids if i not in sid_map]
-        if missing:
-            raise ValueError(f"{len(missing)} catalog item(s) have no SID, e.g. {missing[:5]}")
-        self.model, self.tokenizer = model, tokenizer
-        self.sid_map = sid_map
-        self.item_ids = item_ids
-        self.titles = catalog["title"].astype(str).tolist()
-        self.generation = generation
-        self.trie = SidTrie.from_sid_map({i: sid_map[i] for i in item_ids}, tokenizer)
-        # seq_rec prompts carry SIDs only; titles are what the caller gets back
-        self.prompts = PromptBuilder(
+        self.ranker = SidRecommender(
+            model=model,
             tokenizer=tokenizer,
             sid_map=sid_map,
-            titles=dict(zip(item_ids, self.titles, strict=True)),
+            item_ids=catalog["item_id"].astype(str).tolist(),
             max_length=generation.max_length,
+            num_beams=generation.num_beams,
+            max_history=generation.max_history,
+            batch_size=generation.batch_size,
         )
+        self.item_ids = self.ranker.item_ids
+        self.titles = catalog["title"].astype(str).tolist()
+        self.generation = generation
 
     @classmethod
     def from_files(
@@ -130,57 +128,21 @@ class Recommender:
     def recommend(
         self, histories: Sequence[Sequence[str]], k: int | None = None
     ) -> Recommendations:
-        """Top-``k`` (default ``generation.top_k``) distinct catalog items per history.
+        """Top-``k`` (default ``generation.top_k``) distinct catalog items per history, none of
+        them in the history when ``generation.exclude_history`` (fewer when fewer remain).
 
         Raises ValueError naming the history items the model does not know."""
-        import torch
-
-        from models.constrained import generate_sids
-
         k = self.generation.top_k if k is None else int(k)
-        if not 1 <= k <= self.n_items:
-            raise ValueError(f"k must be between 1 and the catalog size {self.n_items}, got {k}")
-        self._check_known(histories)
-        cap = self.generation.max_history
-        prompts = [self.prompts.history_prompt(list(h)[-cap:]) for h in histories]
+        histories = [list(h) for h in histories]
+        exclude = histories if self.generation.exclude_history else None
+        ranking = self.ranker.rank(histories, k, exclude=exclude)
         out = Recommendations([], [], [])
-        size = self.generation.batch_size
-        for start in range(0, len(prompts), size):
-            with torch.no_grad():
-                generated = generate_sids(
-                    self.model,
-                    self.tokenizer,
-                    prompts[start : start + size],
-                    self.trie,
-                    num_beams=max(self.generation.num_beams, k),
-                    top_k=k,
-                    max_prompt_tokens=self.prompts.max_prompt,
-                )
-            rows = generated.items.cpu().tolist()
-            scores = generated.scores.float().cpu().tolist()
-            for items, row_scores in zip(rows, scores, strict=True):
-                kept = [(i, s) for i, s in zip(items, row_scores, strict=True) if i >= 0]
-                if len(kept) < len(items):  # only if the SID constraint is broken upstream
-                    log.warning("%d generated SID(s) are not catalog items", len(items) - len(kept))
-                out.item_ids.append([self.item_ids[i] for i, _ in kept])
-                out.titles.append([self.titles[i] for i, _ in kept])
-                out.scores.append([round(float(s), 6) for _, s in kept])
+        for items, row_scores in zip(ranking.items.tolist(), ranking.scores.tolist(), strict=True):
+            kept = [(i, s) for i, s in zip(items, row_scores, strict=True) if i >= 0]
+            out.item_ids.append([self.item_ids[i] for i, _ in kept])
+            out.titles.append([self.titles[i] for i, _ in kept])
+            out.scores.append([round(float(s), 6) for _, s in kept])
         return out
-
-    def _check_known(self, histories: Sequence[Sequence[str]]) -> None:
-        unknown: dict[str, int] = {}  # item → first row it appears in
-        for row, history in enumerate(histories):
-            for item in history:
-                if item not in self.sid_map:
-                    unknown.setdefault(item, row)
-        if unknown:
-            shown = ", ".join(f"{item!r} (row {row})" for item, row in list(unknown.items())[:10])
-            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-            raise ValueError(
-                f"{len(unknown)} history item id(s) are not in the model's catalog "
-                f"({self.n_items} items): {shown}{more}; pass item ids from the catalog the "
-                "model was trained on"
-            )
 
 
 def parse_history(value: Any, row: int = 0) -> list[str]:

@@ -153,6 +153,10 @@ _stage_command(
     "sids", "Train the quantizer and write the collision-free SID map to data/sids/<dataset>/."
 )
 _stage_command(
+    "baselines",
+    "Train the SASRec baseline once (artifacts/baselines/<dataset>/sasrec), for grpo and evaluate.",
+)
+_stage_command(
     "sft", "Fine-tune the language model to generate SIDs (artifacts/sft/<dataset>/model)."
 )
 _stage_command(

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from sidrec.errors import ConfigError
 from sidrec.paths import DatasetPaths
@@ -192,6 +200,39 @@ class SidsConfig(_Section):
     rqkmeans: RQKMeansConfig = RQKMeansConfig()
 
 
+class SasrecConfig(_Section):
+    """Stage 5b: the SASRec baseline (Kang & McAuley 2018), trained once per run by the
+    ``baselines`` stage; GRPO's collaborative reward and the evaluation load it."""
+
+    max_len: int | None = Field(None, ge=1)
+    """Longest history read, and the length of the training windows; null = split.max_history,
+    so SASRec trains on the history length it is fed (split rows hold at most that many)."""
+    hidden: int = Field(64, ge=1)
+    """Embedding and hidden size (items, positions, every block)."""
+    blocks: int = Field(2, ge=1)
+    """Self-attention blocks."""
+    heads: int = Field(2, ge=1)
+    """Attention heads per block (a divisor of hidden)."""
+    dropout: float = Field(0.2, ge=0, lt=1)
+    lr: float = Field(2e-3, gt=0)
+    """Adam learning rate."""
+    batch_size: int = Field(128, ge=1)
+    """Training windows per mini-batch."""
+    max_epochs: int = Field(200, ge=1)
+    """Upper bound on passes over the training windows."""
+    patience: int = Field(5, ge=1)
+    """Stop after this many epochs without a better NDCG@10 on the selection half of the
+    validation users; the best epoch is kept."""
+
+    @field_validator("heads")
+    @classmethod
+    def _heads(cls, value: int, info: ValidationInfo) -> int:
+        hidden = info.data.get("hidden")  # absent when hidden itself is invalid
+        if hidden is not None and hidden % value:
+            raise ValueError(f"must divide sasrec.hidden ({hidden})")
+        return value
+
+
 class TinyModelConfig(_Section):
     """The ``tiny`` preset: a Qwen2 decoder built from config + a BPE tokenizer trained on the catalog."""
 
@@ -258,7 +299,7 @@ class GrpoRewardWeights(_Section):
     """Rule reward plus an NDCG-style penalty for wrong items by their beam rank (MiniOneRec)."""
     collaborative: float = Field(1.0, ge=0)
     """The SASRec baseline's softmax probability of the generated item given the history
-    (trains SASRec inside the stage when > 0)."""
+    (loads the model the ``baselines`` stage trained when > 0)."""
     semantic: float = Field(0.0, ge=0)
     """Cosine similarity of the generated and the target item's text embeddings."""
 
@@ -331,8 +372,12 @@ class EvaluateConfig(_Section):
     """Prompts per generate() call (each expands to num_beams rows)."""
     max_users: int | None = Field(None, ge=1)
     """Evaluate on the first N rows of each split (null = all)."""
-    sasrec_max_epochs: int = Field(200, ge=1)
-    sasrec_patience: int = Field(5, ge=1)
+    exclude_seen: bool = True
+    """Every model ranks only items outside the user's whole pre-target history (all train
+    interactions, plus the valid target when scoring test), as RecBole and most papers do;
+    false keeps already-seen items rankable (datasets with repeat consumption)."""
+    bootstrap_resamples: int = Field(1000, ge=100)
+    """Resamples of users for the 95% bootstrap intervals (per model and paired differences)."""
 
 
 class RegisterConfig(_Section):
@@ -344,28 +389,42 @@ class RegisterConfig(_Section):
     """Registered model name; null = ``sidrec-<dataset>``."""
     candidate: Literal["auto", "grpo", "sft"] = "auto"
     """Which trained model is registered: auto = grpo when that stage ran, else sft."""
-    gate_metric: str = Field("test.ndcg@10", pattern=r"^(valid|test)\.(hr|ndcg)@\d+$")
-    """``<split>.<metric>@K`` from ``metrics/eval.json``, compared against the champion's."""
+    gate_metric: str = "valid.ndcg@10"
+    """``valid.<hr|ndcg>@K``: the metric the gate compares, user by user, on the gate half of
+    the validation users (the half no checkpoint was selected on). Test is reported, never
+    used to choose: a ``test.*`` gate metric is refused."""
     min_margin: float = Field(0.0, ge=0)
-    """The candidate becomes champion only if it beats the champion by more than this."""
+    """Promote only if the lower bound of the paired bootstrap interval of (challenger −
+    champion) exceeds this."""
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    """Confidence of that paired bootstrap interval (two-sided)."""
     top_k: int = Field(10, ge=1)
-    """Items the served model returns per history unless the request asks otherwise."""
-    num_beams: int = Field(20, ge=1)
-    """Beam width of the served model's constrained beam search (>= top_k)."""
+    """Items the served model returns per history unless the request asks otherwise. The
+    served model decodes with ``evaluate.num_beams``: what is evaluated is what is served."""
 
-    @model_validator(mode="after")
-    def _beams(self) -> RegisterConfig:
-        if self.num_beams < self.top_k:
-            raise ValueError(f"num_beams ({self.num_beams}) must be >= top_k ({self.top_k})")
-        return self
+    @field_validator("gate_metric")
+    @classmethod
+    def _gate_metric(cls, value: str) -> str:
+        if value.startswith("test."):
+            raise ValueError(
+                f"{value!r} would choose the model on the test split; the gate decides on "
+                f"validation: use {'valid.' + value.split('.', 1)[1]!r} (test is reported, never "
+                "used to choose)"
+            )
+        if not re.fullmatch(r"valid\.(hr|ndcg)@[1-9]\d*", value):
+            raise ValueError(
+                f"unknown gate metric {value!r}; expected valid.<hr|ndcg>@K, e.g. valid.ndcg@10"
+            )
+        return value
 
 
 class OrchestrationConfig(_Section):
     """Where the stages run (Prefect): everything inline, or training on the ``gpu`` work pool."""
 
     gpu_deployment: str | None = None
-    """``<flow>/<deployment>`` that runs sft and grpo on the ``gpu`` pool (``prefect.yaml``
-    defines ``train-remote/train-gpu``); null runs them inline in the parent flow."""
+    """``<flow>/<deployment>`` that runs the training stages (baselines, sft, grpo, evaluate)
+    on the ``gpu`` pool (``prefect.yaml`` defines ``train-remote/train-gpu``); null runs them
+    inline in the parent flow."""
     gpu_timeout_s: int = Field(86_400, ge=60)
     """How long the parent flow waits for the training deployment's run."""
 
@@ -379,6 +438,7 @@ class Settings(_Section):
     split: SplitConfig = SplitConfig()
     embed: EmbedConfig = EmbedConfig()
     sids: SidsConfig = SidsConfig()
+    sasrec: SasrecConfig = SasrecConfig()
     model: ModelConfig = ModelConfig()
     sft: SftConfig = SftConfig()
     grpo: GrpoConfig = GrpoConfig()
@@ -467,11 +527,22 @@ def settings_from_dict(data: Mapping[str, Any], origin: str = "params") -> Setti
         raise ConfigError(format_validation_error(exc, origin)) from None
 
 
+RENAMED_KEYS: dict[str, str] = {
+    "evaluate.sasrec_max_epochs": "sasrec.max_epochs",
+    "evaluate.sasrec_patience": "sasrec.patience",
+    "register.num_beams": "evaluate.num_beams (the served model decodes as evaluated)",
+}
+"""Keys that moved (old → new): a config that still uses an old key is told the new one."""
+
+
 def format_validation_error(exc: ValidationError, origin: str) -> str:
     lines = [f"{origin}: {exc.error_count()} invalid setting(s):"]
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
+        if err["type"] == "extra_forbidden" and where in RENAMED_KEYS:
+            lines.append(f"  - {where} was renamed: use {RENAMED_KEYS[where]}")
+            continue
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling against params.yaml)"
         elif (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ def atomic_path(target: Path) -> Iterator[Path]:
 
 
 class AtomicOutputs:
-    """Stage several files, then publish them together.
+    """Stage several files (or folders), then publish them together.
 
     >>> with AtomicOutputs() as out:
     ...     out.parquet(df, path_a)
@@ -56,10 +57,16 @@ class AtomicOutputs:
         try:
             if exc_type is None:
                 for tmp, target in self._staged:
-                    os.replace(tmp, target)
+                    if tmp.is_dir():
+                        replace_dir(tmp, target)
+                    else:
+                        os.replace(tmp, target)
         finally:
             for tmp, _ in self._staged:
-                tmp.unlink(missing_ok=True)
+                if tmp.is_dir():
+                    shutil.rmtree(tmp, ignore_errors=True)
+                else:
+                    tmp.unlink(missing_ok=True)
 
     def stage(self, target: Path, write: Callable[[Path], None]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +74,14 @@ class AtomicOutputs:
         os.close(fd)
         self._staged.append((Path(tmp), target))
         write(Path(tmp))
+
+    def folder(self, target: Path, write: Callable[[Path], None]) -> None:
+        """Stage a whole folder: ``write`` fills an empty temporary folder beside ``target``,
+        which replaces ``target`` (and everything in it) on success."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        self._staged.append((tmp, target))
+        write(tmp)
 
     def parquet(self, df: pd.DataFrame, target: Path, schema: pa.Schema | None = None) -> None:
         table = (
@@ -83,6 +98,17 @@ class AtomicOutputs:
             tmp.write_text(text)
 
         self.stage(target, write)
+
+
+def replace_dir(source: Path, target: Path) -> None:
+    """Move the complete folder ``source`` to ``target``, replacing what was there (the old
+    folder is moved aside first, so ``target`` is never half-written)."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    source.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def dumps(obj: Any) -> str:

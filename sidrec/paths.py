@@ -62,6 +62,16 @@ class DatasetPaths:
         return self.sids_dir / "code_usage.png"
 
     @property
+    def baselines_dir(self) -> Path:
+        return self.artifacts_dir / "baselines" / self.dataset
+
+    @property
+    def sasrec_model(self) -> Path:
+        """The trained SASRec baseline: ``model.pt`` (state_dict) + ``config.json`` (its
+        hyperparameters, catalog and best epoch); see ``models.baselines.sasrec.save_sasrec``."""
+        return self.baselines_dir / "sasrec"
+
+    @property
     def sft_dir(self) -> Path:
         return self.artifacts_dir / "sft" / self.dataset
 
@@ -81,3 +91,8 @@ class DatasetPaths:
 
     def metrics(self, stage: str) -> Path:
         return self.metrics_dir / f"{stage}.json"
+
+    @property
+    def eval_users(self) -> Path:
+        """Per-user scores behind ``metrics/eval.json`` (split, model, user_id, metrics, ranking)."""
+        return self.metrics_dir / "eval_users.parquet"

@@ -1,15 +1,17 @@
 """The model registry's promotion gate.
 
-A logged model becomes a new version of the registered model; the version gets alias
-``challenger``; it becomes ``champion`` only if its gate metric (e.g. ``test.ndcg@10``) beats the
-current champion's by more than ``min_margin`` (or there is no champion yet), and the champion
-it replaces gets ``previous``. Every version carries its evaluation metrics as tags
-(:func:`metric_tag`), so the next candidate can be compared with it even after the gate metric
-is changed in the configuration; the decision, both values and the reason are tags too.
+A logged model becomes a new version of the registered model and gets alias ``challenger``.
+It becomes ``champion`` only when it is better than the current champion **beyond the
+noise**: both are scored user by user on the same gate users with today's code and data
+(the task layer re-scores the champion's registered weights and SID map), and the lower
+bound of the paired bootstrap interval of (challenger − champion) must exceed
+``min_margin``. With no champion yet, the first model is promoted. The champion it replaces
+gets ``previous``. The decision — both values, the interval, the users, the data
+fingerprints and the reason — is stored as version tags.
 
-Failure safety: every check (the candidate's metric present and finite, the version created)
-happens before any alias moves, and aliases move last, ``champion`` the very last; so a run that
-fails anywhere leaves ``champion`` where it was.
+Failure safety: everything that can fail (the champion's files, the re-scoring, the
+candidate's metrics) happens before a version is created; aliases move last, ``champion``
+the very last, so a run that fails anywhere leaves ``champion`` where it was.
 """
 
 from __future__ import annotations
@@ -20,23 +22,60 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sidrec.config import Settings
 from sidrec.errors import InputError
-from sidrec.tracking import metric_key
+from sidrec.tracking import metric_key, tracking_uri
 
 log = logging.getLogger(__name__)
 
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
 TAG_GATE_METRIC = "sidrec.gate_metric"
-"""The gate metric this version was judged on (``test.ndcg@10``)."""
+"""The gate metric this version was judged on (``valid.ndcg@10``)."""
 TAG_GATE_VALUE = "sidrec.gate_value"
-"""This version's value of the gate metric."""
+"""This version's mean gate metric on the gate users at registration."""
 TAG_DECISION = "sidrec.decision"
 """``promoted`` or ``rejected``."""
 TAG_REASON = "sidrec.reason"
 TAG_CHAMPION_VERSION = "sidrec.champion_version_before"
 """The champion this version was compared with (empty: there was none)."""
 TAG_CHAMPION_VALUE = "sidrec.champion_value_before"
+"""That champion's mean gate metric, re-scored on the same users with today's code."""
+TAG_DIFF_LOW, TAG_DIFF_HIGH = "sidrec.diff_low", "sidrec.diff_high"
+"""The paired bootstrap interval of (challenger − champion)."""
 METRIC_TAG_PREFIX = "sidrec.metric."
+
+
+class Comparison(NamedTuple):
+    """Challenger and champion on the same gate users (computed by the register stage)."""
+
+    metric: str
+    """The gate metric, ``valid.<hr|ndcg>@K``."""
+    challenger: float
+    """The challenger's mean over the gate users."""
+    champion: float | None
+    """The champion's mean over the same users (None: no champion)."""
+    low: float | None
+    """Paired bootstrap interval of (challenger − champion), lower bound (None: no champion)."""
+    high: float | None
+    confidence: float
+    users: int
+    dropped_history_items: int = 0
+    """History items the champion's SID map does not know (dropped from its prompts)."""
+    unknown_targets: int = 0
+    """Gate targets the champion cannot recommend (counted as misses for it)."""
+
+    def tags(self) -> dict[str, str]:
+        return {
+            TAG_GATE_METRIC: self.metric,
+            TAG_GATE_VALUE: str(self.challenger),
+            TAG_CHAMPION_VALUE: "" if self.champion is None else str(self.champion),
+            TAG_DIFF_LOW: "" if self.low is None else str(self.low),
+            TAG_DIFF_HIGH: "" if self.high is None else str(self.high),
+            "sidrec.gate_confidence": str(self.confidence),
+            "sidrec.gate_users": str(self.users),
+            "sidrec.champion_dropped_history_items": str(self.dropped_history_items),
+            "sidrec.champion_unknown_targets": str(self.unknown_targets),
+        }
 
 
 class GateDecision(NamedTuple):
@@ -50,7 +89,12 @@ class GateDecision(NamedTuple):
     champion_version: str | None
     """The champion before this decision (None: there was none)."""
     champion_value: float | None
-    """Its gate metric (None: no champion, or it has no recorded value)."""
+    """Its gate metric re-scored on the same users (None: no champion)."""
+    diff_low: float | None
+    diff_high: float | None
+    """Paired bootstrap interval of (candidate − champion)."""
+    confidence: float
+    gate_users: int
     min_margin: float
     aliases: tuple[str, ...]
     """The new version's aliases after the decision."""
@@ -61,40 +105,21 @@ def metric_tag(metric: str) -> str:
     return METRIC_TAG_PREFIX + metric_key(metric)
 
 
-def decide(
-    *, candidate: float, champion: float | None, has_champion: bool, min_margin: float
-) -> tuple[bool, str]:
-    """(promote?, reason). Promote when there is no champion or the candidate beats it by more
-    than ``min_margin``; a champion without a recorded value is never replaced automatically."""
+def decide(comparison: Comparison, *, has_champion: bool, min_margin: float) -> tuple[bool, str]:
+    """(promote?, reason): promote when there is no champion, or when the paired interval's
+    lower bound of (challenger − champion) exceeds ``min_margin`` — better beyond the noise."""
     if not has_champion:
         return True, "no champion yet"
-    if champion is None:
-        return False, (
-            "the champion has no recorded value of the gate metric, so the candidate cannot be "
-            "compared with it; set the champion's metric tag or move the alias by hand"
-        )
-    if candidate > champion + min_margin:
-        return True, f"{candidate:.6g} > champion {champion:.6g} + margin {min_margin:g}"
-    return False, f"{candidate:.6g} <= champion {champion:.6g} + margin {min_margin:g}"
-
-
-def candidate_value(metrics: Mapping[str, Any], gate_metric: str) -> float:
-    """The candidate's gate metric, checked present and finite (InputError otherwise)."""
-    if gate_metric not in metrics:
-        raise InputError(
-            f"the candidate has no {gate_metric!r} (it has {sorted(metrics)}); "
-            "re-run `sidrec evaluate` or change register.gate_metric"
-        )
-    try:
-        value = float(metrics[gate_metric])
-    except (TypeError, ValueError):
-        value = math.nan
-    if not math.isfinite(value):
-        raise InputError(
-            f"the candidate's {gate_metric!r} is {metrics[gate_metric]!r}, not a finite number; "
-            "re-run `sidrec evaluate`"
-        )
-    return value
+    if comparison.low is None or comparison.high is None or comparison.champion is None:
+        return False, "the champion could not be scored on the gate users"
+    interval = (
+        f"{comparison.metric} challenger − champion {comparison.challenger - comparison.champion:+.4g}, "
+        f"paired {comparison.confidence:.0%} interval [{comparison.low:+.4g}, {comparison.high:+.4g}] "
+        f"over {comparison.users} gate users"
+    )
+    if comparison.low > min_margin:
+        return True, f"{interval}: the lower bound exceeds the margin {min_margin:g}"
+    return False, f"{interval}: not above the margin {min_margin:g} beyond the noise"
 
 
 def register_and_gate(
@@ -102,7 +127,8 @@ def register_and_gate(
     *,
     model_name: str,
     model_uri: str,
-    gate_metric: str,
+    comparison: Comparison,
+    champion_before: str | None,
     metrics: Mapping[str, Any],
     min_margin: float,
     run_id: str | None = None,
@@ -111,25 +137,26 @@ def register_and_gate(
 ) -> GateDecision:
     """Register ``model_uri`` as a new version of ``model_name`` and gate its promotion.
 
-    ``client``: an ``mlflow.MlflowClient``. ``metrics``: the candidate's evaluation metrics,
-    keyed like ``gate_metric`` (``test.ndcg@10``); all are stored as version tags. ``tags``:
-    further version tags (dataset, candidate stage, ...).
+    ``client``: an ``mlflow.MlflowClient``. ``comparison``: the challenger and the champion
+    (``champion_before``, looked up before scoring) on the same gate users. ``metrics``: the
+    candidate's evaluation metrics (``valid.ndcg@10`` ...), stored as version tags, like
+    ``tags`` (dataset, candidate stage, data fingerprints, ...).
     """
-    value = candidate_value(metrics, gate_metric)  # before anything is written
     if min_margin < 0 or not math.isfinite(min_margin):
         raise InputError(f"min_margin must be a finite number >= 0, got {min_margin}")
+    if not math.isfinite(comparison.challenger):
+        raise InputError(f"the candidate's {comparison.metric} is {comparison.challenger}")
     _ensure_registered_model(client, model_name)
-    champion_version = _aliases(client, model_name).get(CHAMPION)
-    champion_value = (
-        recorded_value(client.get_model_version(model_name, champion_version), gate_metric)
-        if champion_version is not None
-        else None
-    )
+    current = _aliases(client, model_name).get(CHAMPION)
+    if current != champion_before:
+        raise InputError(
+            f"the champion of {model_name} moved (v{champion_before} → v{current}) while this "
+            "candidate was scored; run `sidrec register` again"
+        )
     version_tags = {
         **(tags or {}),
         **{metric_tag(k): str(v) for k, v in metrics.items() if _is_number(v)},
-        TAG_GATE_METRIC: gate_metric,
-        TAG_GATE_VALUE: str(value),
+        **comparison.tags(),
     }
     created = client.create_model_version(
         name=model_name, source=model_uri, run_id=run_id, tags=version_tags, model_id=model_id
@@ -141,54 +168,40 @@ def register_and_gate(
             "no alias was moved"
         )
     promoted, reason = decide(
-        candidate=value,
-        champion=champion_value,
-        has_champion=champion_version is not None,
-        min_margin=min_margin,
+        comparison, has_champion=champion_before is not None, min_margin=min_margin
     )
     decision_tags = {
         TAG_DECISION: "promoted" if promoted else "rejected",
         TAG_REASON: reason,
-        TAG_CHAMPION_VERSION: champion_version or "",
-        TAG_CHAMPION_VALUE: "" if champion_value is None else str(champion_value),
+        TAG_CHAMPION_VERSION: champion_before or "",
     }
     for key, tag_value in decision_tags.items():
         client.set_model_version_tag(model_name, version, key, tag_value)
-    _move_aliases(client, model_name, version, champion_version if promoted else None, promoted)
+    _move_aliases(client, model_name, version, champion_before if promoted else None, promoted)
     decision = GateDecision(
         model_name=model_name,
         version=version,
         promoted=promoted,
         reason=reason,
-        gate_metric=gate_metric,
-        candidate_value=value,
-        champion_version=champion_version,
-        champion_value=champion_value,
+        gate_metric=comparison.metric,
+        candidate_value=comparison.challenger,
+        champion_version=champion_before,
+        champion_value=comparison.champion,
+        diff_low=comparison.low,
+        diff_high=comparison.high,
+        confidence=comparison.confidence,
+        gate_users=comparison.users,
         min_margin=min_margin,
         aliases=tuple(sorted(_version_aliases(client, model_name, version))),
     )
     log.info(
-        "%s v%s %s (%s: %s)",
+        "%s v%s %s (%s)",
         model_name,
         version,
         "promoted to champion" if promoted else "not promoted",
-        gate_metric,
         reason,
     )
     return decision
-
-
-def recorded_value(model_version: Any, gate_metric: str) -> float | None:
-    """A version's recorded value of ``gate_metric`` (None when it has none or it is not a number)."""
-    tags = model_version.tags or {}
-    raw = tags.get(metric_tag(gate_metric))
-    if raw is None and tags.get(TAG_GATE_METRIC) == gate_metric:
-        raw = tags.get(TAG_GATE_VALUE)
-    try:
-        value = float(raw) if raw is not None else math.nan
-    except ValueError:
-        value = math.nan
-    return value if math.isfinite(value) else None
 
 
 def _move_aliases(
@@ -241,25 +254,68 @@ def champion_version(client: Any, name: str) -> str | None:
         return None
 
 
-def download_champion_model(client: Any, name: str, dest: Path) -> Path | None:
-    """Download the champion's model folder (the ``model`` artifact of the pyfunc) under
-    ``dest``; returns the folder that holds ``config.json``, or None without a champion."""
+def model_name(settings: Settings) -> str:
+    """The registered model's name: ``register.model_name`` or ``sidrec-<dataset>``."""
+    return settings.register_.model_name or f"sidrec-{settings.project.dataset}"
+
+
+def client() -> Any:
+    """An ``MlflowClient`` of the project's tracking store (``MLFLOW_TRACKING_URI`` or SQLite)."""
     import mlflow
 
-    version = champion_version(client, name)
-    if version is None:
-        return None
-    local = Path(
-        mlflow.artifacts.download_artifacts(f"models:/{name}/{version}", dst_path=str(dest))
-    )
-    found = sorted(
+    mlflow.set_tracking_uri(tracking_uri())
+    return mlflow.MlflowClient(tracking_uri())
+
+
+def champion_label(settings: Settings) -> str:
+    """``<name>@champion (v<N>)``, or an empty string without a champion (a cache-key part)."""
+    name = model_name(settings)
+    version = champion_version(client(), name)
+    return f"{name}@champion (v{version})" if version else ""
+
+
+class ChampionFiles(NamedTuple):
+    """A registered recommender's artifacts, downloaded (``models/pyfunc.py`` ARTIFACTS)."""
+
+    version: str
+    model_dir: Path
+    """The model folder (config.json + tokenizer)."""
+    sid_map: Path
+    catalog: Path
+    generation: Path
+
+
+def download_version(client: Any, name: str, version: str, dest: Path) -> ChampionFiles:
+    """Download version ``version`` of ``name`` under ``dest`` and find its artifacts; an
+    InputError naming the version when they cannot be downloaded or found."""
+    import mlflow
+
+    try:
+        local = Path(
+            mlflow.artifacts.download_artifacts(f"models:/{name}/{version}", dst_path=str(dest))
+        )
+    except Exception as exc:  # any MLflow/storage failure: the alias must not move
+        raise InputError(f"cannot download {name} v{version} from the registry: {exc}") from None
+    folders = sorted(
         p.parent
         for p in local.rglob("config.json")
         if (p.parent / "tokenizer_config.json").exists()
     )
-    if not found:
+    if not folders:
         raise InputError(
-            f"champion {name} v{version} holds no model folder (config.json + tokenizer)",
-            path=local,
+            f"{name} v{version} holds no model folder (config.json + tokenizer)", path=local
         )
-    return found[0]
+    found = {
+        n: sorted(local.rglob(n)) for n in ("sid_map.json", "catalog.parquet", "generation.json")
+    }
+    return ChampionFiles(
+        version,
+        folders[0],
+        *(found[n][0] if found[n] else local / n for n in found),
+    )
+
+
+def download_champion(client: Any, name: str, dest: Path) -> ChampionFiles | None:
+    """The champion's artifacts downloaded under ``dest``; None without a champion."""
+    version = champion_version(client, name)
+    return None if version is None else download_version(client, name, version, dest)

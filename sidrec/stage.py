@@ -15,7 +15,16 @@ from sidrec.config import Settings
 from sidrec.io import file_sha256
 
 Stage = Literal[
-    "ingest", "validate", "split", "embed", "sids", "sft", "grpo", "evaluate", "register"
+    "ingest",
+    "validate",
+    "split",
+    "embed",
+    "sids",
+    "baselines",
+    "sft",
+    "grpo",
+    "evaluate",
+    "register",
 ]
 STAGES: tuple[Stage, ...] = (
     "ingest",
@@ -23,6 +32,7 @@ STAGES: tuple[Stage, ...] = (
     "split",
     "embed",
     "sids",
+    "baselines",
     "sft",
     "grpo",
     "evaluate",
@@ -35,14 +45,36 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "split": ("project.dataset", "split"),
     "embed": ("project.dataset", "embed"),
     "sids": ("project.dataset", "project.seed", "sids"),
+    "baselines": ("project.dataset", "project.seed", "split.max_history", "sasrec"),
     "sft": ("project.dataset", "project.seed", "model", "sft"),
-    "grpo": ("project.dataset", "project.seed", "model", "grpo"),
-    "evaluate": ("project.dataset", "project.seed", "grpo.enabled", "evaluate"),
-    "register": (
+    # grpo validates as evaluate ranks: its beams, batch size and seen-item exclusion
+    "grpo": (
         "project.dataset",
+        "project.seed",
+        "split.max_history",
+        "model",
+        "grpo",
+        "evaluate.num_beams",
+        "evaluate.batch_size",
+        "evaluate.exclude_seen",
+    ),
+    "evaluate": (
+        "project.dataset",
+        "project.seed",
+        "split.method",
         "split.max_history",
         "model.max_length",
         "grpo.enabled",
+        "evaluate",
+    ),
+    # register re-scores the champion as evaluate scored the candidate
+    "register": (
+        "project.dataset",
+        "project.seed",
+        "split.max_history",
+        "model.max_length",
+        "grpo.enabled",
+        "evaluate",
         "register",
     ),
 }
@@ -79,6 +111,8 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
         return [paths.validated("interactions"), paths.validated("items")]
     if stage == "embed":
         return [paths.validated("items")]
+    if stage == "baselines":
+        return [paths.validated("items"), *(paths.split(s) for s in ("train", "valid"))]
     if stage == "sft":
         return [
             paths.validated("items"),
@@ -92,18 +126,22 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             paths.item_emb,
             *(paths.split(s) for s in ("train", "valid")),
             *_files(paths.sft_model),
+            *(_files(paths.sasrec_model) if settings.grpo.rewards.collaborative > 0 else []),
         ]
     if stage == "evaluate":
         return [
             paths.validated("items"),
             paths.sid_map,
             *(paths.split(s) for s in ("train", "valid", "test")),
+            *_files(paths.sasrec_model),
             *_files(paths.sft_model),
             *(_files(paths.grpo_model) if settings.grpo.enabled else []),
         ]
     if stage == "register":
         return [
             paths.metrics("eval"),
+            paths.eval_users,
+            *(paths.split(s) for s in ("train", "valid", "test")),
             paths.validated("items"),
             paths.sid_map,
             *_files(paths.sft_model),
@@ -131,7 +169,7 @@ def stage_fingerprint(stage: Stage, settings: Settings) -> str:
         digest.update(str(path).encode())
         digest.update(file_sha256(path).encode() if path.exists() else b"<missing>")
     if stage == "sft" and settings.sft.warm_start == "champion":
-        from tasks.sft import champion_label  # a new champion means a new starting point
+        from sidrec.registry import champion_label  # a new champion: a new starting point
 
         digest.update(champion_label(settings).encode())
     digest.update(code_fingerprint().encode())

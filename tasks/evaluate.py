@@ -1,151 +1,320 @@
-"""Stage 8 — evaluate: HR@K / NDCG@K over the full catalog on the valid and test splits, for
-the SFT and GRPO models (constrained beam search over the SID map) and, trained on the same split in
-the same run, the popularity and SASRec baselines. Writes ``metrics/eval.json``.
+"""Stage 8 — evaluate: HR@K / NDCG@K over the full catalog for the SFT and GRPO models and the
+popularity and SASRec baselines, on the same rows, under one protocol. Writes
+``metrics/eval.json`` and the per-user scores beside it (``metrics/eval_users.parquet``).
+
+Protocol (recorded in the report next to the numbers):
+- rows: every test row; for valid, the **gate half** of the validation users
+  (``sidrec/protocol.py``) — the half no checkpoint was selected on, which the promotion
+  gate decides on;
+- ``evaluate.exclude_seen`` (default): every model ranks only items outside the user's whole
+  pre-target history (all train interactions, plus the valid target when scoring test);
+  the generative models exclude inside the constrained decoding;
+- the SID models rank with :class:`models.recommender.SidRecommender` at ``evaluate.num_beams``:
+  the recommender the registered model serves;
+- uncertainty: a bootstrap interval over users per model and metric, and paired intervals of
+  the differences that matter (SFT − SASRec, GRPO − SFT, best generative − SASRec, where the
+  best generative model is the one with the higher valid NDCG@10: never chosen on test).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import torch
 from prefect import task
 
-from models.baselines import catalog_index, encode_targets
+from models.baselines import catalog_index, encode_histories, encode_targets
 from models.baselines.popularity import Popularity
-from models.baselines.sasrec import SASRecConfig, recommend, train_sasrec
-from models.constrained import SidTrie, rank_items
-from models.lm import load_model_dir
-from models.metrics import rank_metrics
-from models.prompts import PromptBuilder
-from models.sid import SidMap, collision_stats
+from models.baselines.sasrec import load_baseline, recommend
+from models.metrics import (
+    catalog_coverage,
+    per_row_metrics,
+    popularity_percentile,
+    topk_from_scores,
+)
+from models.recommender import SidRecommender
+from models.stats import bootstrap_interval, paired_bootstrap_interval
 from sidrec.config import Settings
 from sidrec.errors import InputError
-from sidrec.io import atomic_write_json, read_table
+from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
+from sidrec.protocol import fingerprint, seen_items, validation_half
 from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
-from sidrec.tracking import log_stage
+from sidrec.tracking import log_stage, metric_key
 from tasks.sft import load_catalog_and_map
 
 log = logging.getLogger(__name__)
 EVAL_SPLITS = ("valid", "test")
+BEST = "best generative"
+PAIRS = (("sft", "sasrec"), ("grpo", "sft"), (BEST, "sasrec"))
+"""Paired comparisons reported as ``"<a> - <b>"`` (skipped when a model did not run)."""
+TIE_RULE = "by timestamp; ties keep the source's row order (stable sort, never by id)"
 
 
-def catalog_trie(sid_map: SidMap, item_ids: list[str], tokenizer: Any, path: Path) -> SidTrie:
-    """The catalog's SIDs as token ids of a model's tokenizer (rows in catalog order); a clear
-    error when the model folder at ``path`` was not trained with this SID map."""
-    try:
-        return SidTrie.from_sid_map({i: sid_map[i] for i in item_ids}, tokenizer)
-    except ValueError as exc:
-        raise InputError(
-            f"the SID map does not match the model's tokenizer: {exc}", path=path
-        ) from None
+def eval_rows(settings: Settings, splits: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The rows each split is scored on: the gate half of valid, all of test (capped by
+    ``evaluate.max_users``)."""
+    rows = {"valid": validation_half(splits["valid"], "gate"), "test": splits["test"]}
+    cap = settings.evaluate.max_users
+    return {name: df.head(cap) if cap else df for name, df in rows.items()}
 
 
-class SidRecommender:
-    """A SID-generating model (SFT or GRPO) behind constrained beam search over the catalog."""
+def exclusions(
+    settings: Settings, splits: dict[str, pd.DataFrame], name: str, rows: pd.DataFrame
+) -> list[list[str]] | None:
+    """Per row, the items it may not recommend (None when ``evaluate.exclude_seen`` is off)."""
+    if not settings.evaluate.exclude_seen:
+        return None
+    earlier = [splits["valid"]] if name == "test" else []
+    return seen_items(splits["train"], rows, earlier)
 
-    def __init__(
-        self,
-        path: Path,
-        settings: Settings,
-        sid_map: SidMap,
-        item_ids: list[str],
-        missing_hint: str = "run `sidrec sft` first",
-    ):
-        self.model, self.tokenizer = load_model_dir(path, missing_hint)
-        self.trie = catalog_trie(sid_map, item_ids, self.tokenizer, path)
-        titles = dict.fromkeys(item_ids, "")  # evaluation prompts use SIDs only
-        self.prompts = PromptBuilder(
-            tokenizer=self.tokenizer,
-            sid_map=sid_map,
-            titles=titles,
-            max_length=settings.model.max_length,
-        )
-        self.cfg = settings.evaluate
 
-    def topk(self, histories: list[list[str]], k: int) -> tuple[np.ndarray, int]:
-        """(rows × k) catalog indices, best first (-1 = invalid SID), and the truncated-prompt count."""
-        before = self.prompts.truncated
-        prompts = [self.prompts.history_prompt(h) for h in histories]
-        items = rank_items(
-            self.model,
-            self.tokenizer,
-            prompts,
-            self.trie,
-            num_beams=self.cfg.num_beams,
-            top_k=k,
-            batch_size=self.cfg.batch_size,
-            max_prompt_tokens=self.prompts.max_prompt,
-        )
-        return items, self.prompts.truncated - before
+def popularity_topk(
+    popularity: Popularity, n: int, k: int, exclude: list[list[str]] | None
+) -> np.ndarray:
+    """Popularity's top-k for ``n`` rows, each without its excluded items."""
+    if exclude is None:
+        return popularity.recommend(n, k)
+    # scores that reproduce the ranking exactly (counts tie in catalog order)
+    order = np.empty(len(popularity.ranking), dtype=np.float32)
+    order[popularity.ranking] = np.arange(len(popularity.ranking), 0, -1)
+    banned = encode_histories(exclude, popularity.index, "exclusions")
+    chunks = [
+        topk_from_scores(torch.from_numpy(order).expand(len(part), -1), k, exclude=part)
+        for part in (banned[s : s + 1024] for s in range(0, n, 1024))
+    ]
+    return np.concatenate(chunks) if chunks else np.empty((0, k), dtype=np.int64)
 
 
 def evaluate(settings: Settings) -> StageResult:
-    cfg = settings.evaluate
-    paths = settings.paths
+    cfg, paths = settings.evaluate, settings.paths
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
-    assert collision_stats(np.array([sid_map[i] for i in item_ids])).collision_rate == 0, (
-        "SIDs must be unique"
-    )
     splits = {s: read_table(paths.split(s), SPLIT, f"{s} split") for s in ("train", *EVAL_SPLITS)}
-    if cfg.max_users is not None:
-        splits |= {s: splits[s].head(cfg.max_users) for s in EVAL_SPLITS}
     k = max(cfg.ks)
     if cfg.num_beams < k:
         raise InputError(f"evaluate.num_beams ({cfg.num_beams}) must be >= the largest K ({k})")
     index = catalog_index(item_ids)
     started = time.perf_counter()
     popularity = Popularity(item_ids=item_ids).fit(splits["train"])
-    sasrec = train_sasrec(
-        splits["train"],
-        splits["valid"],
-        item_ids,
-        SASRecConfig(
-            max_epochs=cfg.sasrec_max_epochs,
-            patience=cfg.sasrec_patience,
-            seed=settings.project.seed,
-        ),
-    )
-    generators = {"sft": SidRecommender(paths.sft_model, settings, sid_map, item_ids)}
+    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    generators = {"sft": _generator(settings, "sft", sid_map, item_ids)}
     if settings.grpo.enabled:
-        generators["grpo"] = SidRecommender(
-            paths.grpo_model,
-            settings,
-            sid_map,
-            item_ids,
-            "run `sidrec grpo` first, or set grpo.enabled false to evaluate without it",
-        )
-    report: dict[str, Any] = {
-        "dataset": settings.project.dataset,
-        "ks": list(cfg.ks),
-        "items": len(item_ids),
-    }
-    for name in EVAL_SPLITS:
-        split = splits[name]
-        targets = encode_targets(list(split["target"]), index, f"{name} targets")
-        rows = {
-            "popularity": rank_metrics(popularity.recommend(len(split), k), targets, cfg.ks),
-            "sasrec": rank_metrics(
-                recommend(sasrec.model, list(split["history"]), k), targets, cfg.ks
-            ),
+        generators["grpo"] = _generator(settings, "grpo", sid_map, item_ids)
+
+    report: dict[str, Any] = {"dataset": settings.project.dataset, "ks": list(cfg.ks)}
+    report["items"] = len(item_ids)
+    per_user: list[pd.DataFrame] = []
+    for name, rows in eval_rows(settings, splits).items():
+        if len(rows) == 0:
+            raise InputError(f"no {name} rows to evaluate", path=paths.split(name))
+        targets = encode_targets(list(rows["target"]), index, f"{name} targets")
+        histories = [list(h) for h in rows["history"]]
+        exclude = exclusions(settings, splits, name, rows)
+        topks = {
+            "popularity": popularity_topk(popularity, len(rows), k, exclude),
+            "sasrec": recommend(sasrec, histories, k, exclude=exclude),
         }
+        truncated = 0
         for model_name, generator in generators.items():
-            items, truncated = generator.topk([list(h) for h in split["history"]], k)
-            rows[model_name] = rank_metrics(items, targets, cfg.ks)
-            rows[model_name]["invalid_rate"] = float((items < 0).mean())
-        report[name] = {model: {m: round(v, 6) for m, v in r.items()} for model, r in rows.items()}
-        report[f"{name}_rows"] = len(split)
-        report[f"{name}_truncated_prompts"] = truncated
-    report["sasrec_best_epoch"] = int(sasrec.best_epoch)
+            ranking = generator.rank(histories, k, exclude=exclude, progress=True)
+            topks[model_name], truncated = ranking.items, ranking.truncated
+        allowed = np.full(len(rows), len(item_ids))
+        if exclude is not None:
+            allowed -= np.array([sum(i in index for i in e) for e in exclude])
+        report[name], frames = _score(topks, targets, cfg.ks, popularity.counts, allowed)
+        for model_name, topk in topks.items():  # the rankings themselves, for inspection
+            frames[model_name]["ranking"] = [[item_ids[i] for i in r if i >= 0] for r in topk]
+        for model_name, frame in frames.items():
+            frame.insert(0, "user_id", rows["user_id"].astype(str).to_numpy())
+            frame.insert(0, "model", model_name)
+            frame.insert(0, "split", name)
+            per_user.append(frame)
+        for model_name in generators:
+            report[name][model_name]["truncated_prompts"] = truncated
+        report[f"{name}_rows"] = len(rows)
+    users = pd.concat(per_user, ignore_index=True)
+    report |= _uncertainty(users, list(generators), cfg.bootstrap_resamples, settings.project.seed)
+    report["protocol"] = protocol(settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report)
+    report["sasrec_best_epoch"] = sasrec.best_epoch
     report["seconds"] = round(time.perf_counter() - started, 1)
-    atomic_write_json(paths.metrics("eval"), report)
-    log.info("test NDCG@10: %s", {m: r["ndcg@10"] for m, r in report["test"].items()})
-    return StageResult.from_files("evaluate", [paths.metrics("eval")], report)
+    with AtomicOutputs() as out:
+        out.parquet(users, paths.eval_users)
+        out.json(report, paths.metrics("eval"))
+    log.info("%s", summary_line(report))
+    return StageResult.from_files("evaluate", [paths.metrics("eval"), paths.eval_users], report)
+
+
+def _generator(
+    settings: Settings, stage: str, sid_map: dict[str, list[int]], item_ids: list[str]
+) -> SidRecommender:
+    """A trained SID model behind the shared recommender; clear errors for a missing folder or
+    a folder trained with another SID map."""
+    folder = settings.paths.sft_model if stage == "sft" else settings.paths.grpo_model
+    hint = (
+        "run `sidrec sft` first"
+        if stage == "sft"
+        else "run `sidrec grpo` first, or set grpo.enabled false to evaluate without it"
+    )
+    try:
+        return SidRecommender.from_dir(
+            folder,
+            missing_hint=hint,
+            sid_map=sid_map,
+            item_ids=item_ids,
+            max_length=settings.model.max_length,
+            num_beams=settings.evaluate.num_beams,
+            max_history=settings.split.max_history,
+            batch_size=settings.evaluate.batch_size,
+        )
+    except ValueError as exc:
+        raise InputError(
+            f"the SID map does not match the model's tokenizer: {exc}", path=folder
+        ) from None
+
+
+def _score(
+    topks: dict[str, np.ndarray],
+    targets: np.ndarray,
+    ks: list[int],
+    counts: np.ndarray,
+    allowed: np.ndarray,
+) -> tuple[dict[str, dict[str, float]], dict[str, pd.DataFrame]]:
+    """Mean metrics per model (with coverage@10, mean popularity percentile@10 and, for SID
+    models, the invalid rate) and the per-user metric frames."""
+    n_items = len(counts)
+    rows, frames = {}, {}
+    top = 10 if 10 in ks else max(ks)
+    for model, topk in topks.items():
+        values = per_row_metrics(topk, targets, ks)
+        frames[model] = pd.DataFrame(values)
+        row = {m: round(float(v.mean()), 6) for m, v in values.items()}
+        row[f"coverage@{top}"] = round(catalog_coverage(topk, n_items, top), 6)
+        row[f"popularity_percentile@{top}"] = round(popularity_percentile(topk, counts, top), 3)
+        if model not in ("popularity", "sasrec"):
+            # -1 beyond what exclusion explains (fewer than k items allowed) is an invalid SID
+            expected = np.clip(topk.shape[1] - allowed, 0, None)
+            invalid = np.clip((topk < 0).sum(1) - expected, 0, None)
+            row["invalid_rate"] = round(float(invalid.sum() / topk.size), 6)
+        rows[model] = row
+    return rows, frames
+
+
+def _uncertainty(
+    users: pd.DataFrame, generative: list[str], resamples: int, seed: int
+) -> dict[str, Any]:
+    """95% bootstrap intervals per split/model/metric and paired intervals of the differences."""
+    metrics = [c for c in users.columns if c not in ("split", "model", "user_id", "ranking")]
+    intervals: dict[str, Any] = {}
+    paired: dict[str, Any] = {}
+    best = _best_generative(users, generative)
+    for split, rows in users.groupby("split", sort=False):
+        by_model = {m: df.reset_index(drop=True) for m, df in rows.groupby("model", sort=False)}
+        if best is not None:
+            by_model[BEST] = by_model[best]
+        intervals[str(split)] = {
+            model: {
+                m: _rounded(bootstrap_interval(df[m].to_numpy(), n_resamples=resamples, seed=seed))
+                for m in metrics
+            }
+            for model, df in by_model.items()
+            if model != BEST
+        }
+        paired[str(split)] = {
+            f"{a} - {b}": {
+                m: _rounded(
+                    paired_bootstrap_interval(
+                        by_model[a][m].to_numpy(),
+                        by_model[b][m].to_numpy(),
+                        n_resamples=resamples,
+                        seed=seed,
+                    )
+                )
+                for m in metrics
+            }
+            for a, b in PAIRS
+            if a in by_model and b in by_model
+        }
+    return {"best_generative": best, "intervals": intervals, "paired": paired}
+
+
+def _best_generative(users: pd.DataFrame, generative: list[str]) -> str | None:
+    """The SID model with the higher mean valid NDCG@10 (valid: never choose on test)."""
+    valid = users[users["split"] == "valid"]
+    metric = "ndcg@10" if "ndcg@10" in users.columns else users.columns[-1]
+    means = {m: float(valid.loc[valid["model"] == m, metric].mean()) for m in generative}
+    return max(means, key=lambda m: means[m]) if means else None
+
+
+def _rounded(interval: Any) -> dict[str, float]:
+    return {
+        "mean": round(interval.mean, 6),
+        "low": round(interval.low, 6),
+        "high": round(interval.high, 6),
+    }
+
+
+def protocol(
+    settings: Settings, split_rows: dict[str, int], report: dict[str, Any]
+) -> dict[str, Any]:
+    """How the numbers were made, with fingerprints of what they were made from (the register
+    stage refuses metrics whose fingerprints do not match today's files)."""
+    paths = settings.paths
+    models = {"sft": paths.sft_model, "grpo": paths.grpo_model}
+    return {
+        "split": {
+            "method": settings.split.method,
+            "ties": TIE_RULE,
+            "max_history": settings.split.max_history,
+        },
+        "valid_users": "gate half of the validation users (sidrec/protocol.py); the selection half picks checkpoints",
+        "exclude_seen": settings.evaluate.exclude_seen,
+        "num_beams": settings.evaluate.num_beams,
+        "users": {s: report[f"{s}_rows"] for s in EVAL_SPLITS},
+        "split_rows": split_rows,
+        "bootstrap": {"confidence": 0.95, "resamples": settings.evaluate.bootstrap_resamples},
+        "fingerprints": {
+            "split": fingerprint([paths.split(s) for s in ("train", *EVAL_SPLITS)]),
+            "sid_map": fingerprint([paths.sid_map]),
+            "sasrec": fingerprint([paths.sasrec_model]),
+            **{
+                f"{name}_model": fingerprint([folder])
+                for name, folder in models.items()
+                if name == "sft" or settings.grpo.enabled
+            },
+        },
+    }
+
+
+def verdict(interval: dict[str, float]) -> str:
+    """Words for a paired interval of a − b: "beats" only where it excludes 0."""
+    if interval["low"] > 0:
+        return "beats"
+    if interval["high"] < 0:
+        return "trails"
+    return "is within noise of"
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One line for the run summary: test NDCG@10 with intervals, and the key comparison."""
+    metric = "ndcg@10" if "ndcg@10" in report["test"]["popularity"] else f"ndcg@{max(report['ks'])}"
+    parts = []
+    for model, row in report["test"].items():
+        ci = report["intervals"]["test"][model][metric]
+        parts.append(f"{model} {row[metric]:.4f} [{ci['low']:.4f}, {ci['high']:.4f}]")
+    line = f"test {metric.upper()}: " + " · ".join(parts)
+    diff = report["paired"]["test"].get(f"{BEST} - sasrec", {}).get(metric)
+    if diff is not None:
+        line += (
+            f" · {report['best_generative']} {verdict(diff)} sasrec "
+            f"({diff['mean']:+.4f} [{diff['low']:+.4f}, {diff['high']:+.4f}])"
+        )
+    return line
 
 
 @task(name="evaluate", cache_policy=StageCache(stage="evaluate"), persist_result=True)
@@ -153,20 +322,48 @@ def evaluate_task(settings: Settings) -> StageResult:
     result = evaluate(settings)
     m = result.metrics
     table = [
-        {"split": s, "model": model, **row} for s in EVAL_SPLITS for model, row in m[s].items()
+        {
+            "split": s,
+            "model": model,
+            **row,
+            **{
+                f"{k} 95% CI": f"[{ci['low']:.4f}, {ci['high']:.4f}]"
+                for k, ci in m["intervals"][s][model].items()
+                if k.startswith("ndcg")
+            },
+        }
+        for s in EVAL_SPLITS
+        for model, row in m[s].items()
     ]
-    publish_table("eval", m["dataset"], table, description="HR@K / NDCG@K over the full catalog")
+    table += [
+        {
+            "split": s,
+            "model": pair,
+            **{
+                f"{k} (paired)": f"{ci['mean']:+.4f} [{ci['low']:+.4f}, {ci['high']:+.4f}]"
+                for k, ci in diffs.items()
+            },
+        }
+        for s in EVAL_SPLITS
+        for pair, diffs in m["paired"][s].items()
+    ]
+    publish_table(
+        "eval",
+        m["dataset"],
+        table,
+        description="HR@K / NDCG@K over the full catalog, 95% bootstrap intervals over users; "
+        "paired rows: interval of the difference (a − b)",
+    )
     log_stage(
         dataset=m["dataset"],
         stage="evaluate",
         params=settings.section("evaluate"),
-        # MLflow metric names allow no "@": hr@10 → hr_at_10
         metrics={
-            f"{s}.{model}.{k.replace('@', '_at_')}": v
+            f"{s}.{model}.{metric_key(k)}": v
             for s in EVAL_SPLITS
             for model, row in m[s].items()
             for k, v in row.items()
         },
-        artifacts=[settings.paths.metrics("eval")],
+        artifacts=[settings.paths.metrics("eval"), settings.paths.eval_users],
     )
     return result

@@ -20,11 +20,13 @@ import pandas as pd
 from prefect import task
 
 from models.baselines import catalog_index, encode_histories, encode_targets
-from models.constrained import SidTrie, rank_items, sid_regex
+from models.baselines.sasrec import load_baseline
+from models.constrained import sid_regex
 from models.grpo_trainer import RolloutRewards
 from models.lm import load_model_dir, replace_dir, save_model_dir
 from models.metrics import rank_metrics
 from models.prompts import PromptBuilder
+from models.recommender import SidRecommender
 from models.rewards import (
     CollaborativeReward,
     NonFiniteGuard,
@@ -35,13 +37,13 @@ from models.rewards import (
 )
 from models.sid import sid_string
 from sidrec.config import Settings
-from sidrec.errors import ConfigError
+from sidrec.errors import ConfigError, InputError
 from sidrec.io import atomic_write_json, read_table
 from sidrec.orchestration import StageCache, publish_table
+from sidrec.protocol import seen_items, validation_half
 from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
-from tasks.evaluate import catalog_trie
 from tasks.sft import load_catalog_and_map, lora_config, recent_rows, trainer_runtime
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,7 @@ def training_rows(
 
 
 def reward_functions(
-    settings: Settings, train: pd.DataFrame, valid: pd.DataFrame, item_ids: list[str]
+    settings: Settings, item_ids: list[str]
 ) -> tuple[list[NonFiniteGuard], list[float]]:
     """The rewards with a weight > 0 (each NaN-guarded) and their weights."""
     weights = settings.grpo.rewards
@@ -96,7 +98,7 @@ def reward_functions(
     builders: dict[str, Callable[[], RewardFunc]] = {
         "rule": lambda: rule_reward,
         "ranking": lambda: partial(ranking_reward, num_generations=g),
-        "collaborative": lambda: _collaborative(settings, train, valid, item_ids),
+        "collaborative": lambda: _collaborative(settings, item_ids),
         "semantic": lambda: SemanticReward(embeddings=_embeddings(settings, len(item_ids))),
     }
     funcs, used = [], []
@@ -108,18 +110,10 @@ def reward_functions(
     return funcs, used
 
 
-def _collaborative(
-    settings: Settings, train: pd.DataFrame, valid: pd.DataFrame, item_ids: list[str]
-) -> CollaborativeReward:
-    from models.baselines.sasrec import SASRecConfig, train_sasrec
-
-    config = SASRecConfig(
-        max_epochs=settings.evaluate.sasrec_max_epochs,
-        patience=settings.evaluate.sasrec_patience,
-        seed=settings.project.seed,
-    )
-    result = train_sasrec(train, valid, item_ids, config)
-    return CollaborativeReward(model=result.model, max_len=config.max_len)
+def _collaborative(settings: Settings, item_ids: list[str]) -> CollaborativeReward:
+    """The reward from the SASRec model the ``baselines`` stage trained (read, not retrained)."""
+    model = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    return CollaborativeReward(model=model, max_len=model.config.max_len)
 
 
 def _embeddings(settings: Settings, n_items: int) -> np.ndarray:
@@ -133,31 +127,31 @@ def _embeddings(settings: Settings, n_items: int) -> np.ndarray:
 
 
 class ValidationSample:
-    """HR/NDCG@K of a model on a fixed sample of the validation split (full-catalog ranking)."""
+    """HR/NDCG@K of the model being trained on the selection half of the validation users,
+    ranked by the shared recommender exactly as the evaluate stage ranks (same beam width,
+    same exclusion of seen items), so the checkpoint kept is the one evaluate would prefer."""
 
     def __init__(
-        self, settings: Settings, builder: PromptBuilder, valid: pd.DataFrame, index: dict[str, int]
+        self,
+        settings: Settings,
+        recommender: SidRecommender,
+        train: pd.DataFrame,
+        valid: pd.DataFrame,
+        index: dict[str, int],
     ):
-        n = min(settings.grpo.eval_users or len(valid), len(valid))
-        sample = valid.sample(n=n, random_state=settings.project.seed)
-        self.prompts = [builder.history_prompt(list(h)) for h in sample["history"]]
+        rows = validation_half(valid, "selection")
+        n = min(settings.grpo.eval_users or len(rows), len(rows))
+        sample = rows.sample(n=n, random_state=settings.project.seed) if n < len(rows) else rows
+        self.histories = [list(h) for h in sample["history"]]
+        self.exclude = seen_items(train, sample) if settings.evaluate.exclude_seen else None
         self.targets = encode_targets(list(sample["target"]), index, "valid targets")
-        self.max_prompt = builder.max_prompt
-        self.batch_size = settings.evaluate.batch_size
+        self.recommender = recommender
 
-    def __call__(self, model: Any, tokenizer: Any, trie: SidTrie) -> dict[str, float]:
-        k = max(VALID_KS)
-        items = rank_items(
-            model,
-            tokenizer,
-            self.prompts,
-            trie,
-            num_beams=k,
-            top_k=k,
-            batch_size=self.batch_size,
-            max_prompt_tokens=self.max_prompt,
+    def __call__(self, model: Any) -> dict[str, float]:
+        ranking = self.recommender.with_model(model).rank(
+            self.histories, max(VALID_KS), exclude=self.exclude
         )
-        return rank_metrics(items, self.targets, VALID_KS)
+        return rank_metrics(ranking.items, self.targets, VALID_KS)
 
 
 def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResult:
@@ -177,15 +171,30 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     train = read_table(paths.split("train"), SPLIT, "train split")
     valid = read_table(paths.split("valid"), SPLIT, "valid split")
     model, tokenizer = load_model_dir(paths.sft_model)
-    trie = catalog_trie(sid_map, item_ids, tokenizer, paths.sft_model)
+    try:
+        recommender = SidRecommender(
+            model=model,
+            tokenizer=tokenizer,
+            sid_map=sid_map,
+            item_ids=item_ids,
+            max_length=settings.model.max_length,
+            num_beams=settings.evaluate.num_beams,
+            max_history=settings.split.max_history,
+            batch_size=settings.evaluate.batch_size,
+        )
+    except ValueError as exc:
+        raise InputError(
+            f"the SID map does not match the model's tokenizer: {exc}", path=paths.sft_model
+        ) from None
+    trie = recommender.trie
     titles = dict(zip(item_ids, items["title"].astype(str), strict=True))
     builder = PromptBuilder(
         tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
     )
     index = catalog_index(item_ids)
     rows = training_rows(settings, builder, train, index)
-    validation = ValidationSample(settings, builder, valid, index)
-    rewards, weights = reward_functions(settings, train, valid, item_ids)
+    validation = ValidationSample(settings, recommender, train, valid, index)
+    rewards, weights = reward_functions(settings, item_ids)
 
     try:
         args = SidGRPOConfig(
@@ -226,7 +235,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     best_dir = paths.grpo_dir / ".best"
     shutil.rmtree(best_dir, ignore_errors=True)
     validator = ValidationCallback(
-        evaluate=lambda m: validation(m, tokenizer, trie),
+        evaluate=validation,
         save_best=lambda m: save_model_dir(m, tokenizer, best_dir),
         every=cfg.eval_every,
     )
@@ -253,6 +262,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
 
     metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
     metrics["valid_users"] = len(validation.targets)
+    metrics["valid_num_beams"] = settings.evaluate.num_beams
     atomic_write_json(paths.metrics("grpo"), metrics)
     return StageResult.from_files(
         "grpo", [paths.grpo_model / "config.json", paths.metrics("grpo")], metrics

@@ -3,7 +3,8 @@
 Used by ``sidrec recommend`` (one user, or an explicit history) and the ``batch-recommend``
 flow (every user, to ``data/processed/<ds>/recommendations.parquet``). A user's history is
 their whole known sequence in ``data/validated/<ds>/interactions.parquet`` (ordered like the
-splits: by timestamp, ties by item id), cut to the most recent ``split.max_history`` items.
+splits); the served model prompts with its most recent ``split.max_history`` items and
+excludes all of them.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import publish_table
+from sidrec.registry import model_name
 from sidrec.schemas import INTERACTIONS
-from tasks.register import model_name
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +78,15 @@ def load_champion(settings: Settings) -> Champion:
 
 
 def user_histories(settings: Settings) -> pd.DataFrame:
-    """(user_id, history) for every user: their most recent ``split.max_history`` items, oldest first."""
+    """(user_id, history) for every user: their whole known sequence, oldest first. The served
+    model prompts with the most recent ``split.max_history`` items and, like evaluate, never
+    recommends an item of the history it is given."""
     from tasks.split import user_sequences
 
     inter = read_table(
         settings.paths.validated("interactions"), INTERACTIONS, "validated interactions"
     )
-    recent = user_sequences(inter).groupby("user_id", sort=False).tail(settings.split.max_history)
-    grouped = recent.groupby("user_id", sort=True)["item_id"].agg(list)
+    grouped = user_sequences(inter).groupby("user_id", sort=True)["item_id"].agg(list)
     return pd.DataFrame({"user_id": grouped.index.astype(str), "history": grouped.to_list()})
 
 

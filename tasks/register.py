@@ -1,26 +1,35 @@
 """Stage 9 — register: log the trained recommender as an MLflow pyfunc model, register it as a
 new version of ``sidrec-<dataset>`` (alias ``challenger``) and promote it to ``champion`` only
-if it beats the current champion on the gate metric (``sidrec/registry.py``). Writes
+if it is better than the current champion beyond the noise (``sidrec/registry.py``). Writes
 ``metrics/register.json``.
 
-The candidate is the GRPO model when that stage ran (``register.candidate: auto``), else the
-SFT model; its gate metric comes from its row of ``metrics/eval.json``. Everything that can be
-wrong with the inputs is checked before anything is logged.
+The gate decides on the **gate half** of the validation users (``register.gate_metric``,
+``valid.*`` only): the candidate's per-user scores come from ``metrics/eval_users.parquet``
+(refused when ``metrics/eval.json`` was computed from another model folder, split or SID
+map), and the current champion's registered weights and SID map are loaded into today's
+recommender code and re-scored on the same users. Everything that can fail — inputs,
+fingerprints, the champion's files, the re-scoring — is checked before anything is logged.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+import pandas as pd
 from prefect import task
 
 from sidrec.config import Settings
 from sidrec.errors import ConfigError, InputError
-from sidrec.io import atomic_write_json, read_json
+from sidrec.io import atomic_write_json, read_json, read_table
 from sidrec.orchestration import StageCache, publish_markdown
+from sidrec.protocol import fingerprint, seen_items, validation_half
+from sidrec.registry import ChampionFiles, Comparison, model_name
+from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 
 log = logging.getLogger(__name__)
@@ -30,11 +39,6 @@ class Candidate(NamedTuple):
     name: str
     """The stage that trained it: ``grpo`` or ``sft`` (its row in ``metrics/eval.json``)."""
     model_dir: Path
-
-
-def model_name(settings: Settings) -> str:
-    """The registered model's name: ``register.model_name`` or ``sidrec-<dataset>``."""
-    return settings.register_.model_name or f"sidrec-{settings.project.dataset}"
 
 
 def pick_candidate(settings: Settings) -> Candidate:
@@ -56,12 +60,11 @@ def pick_candidate(settings: Settings) -> Candidate:
     return Candidate(choice, model_dir)
 
 
-def candidate_metrics(settings: Settings, candidate: str) -> dict[str, float]:
-    """The candidate's row of ``metrics/eval.json`` as ``{"test.ndcg@10": ..., ...}``, with the
-    gate metric checked present and finite."""
-    from sidrec.registry import candidate_value
-
-    path = settings.paths.metrics("eval")
+def checked_report(settings: Settings, candidate: Candidate) -> dict[str, Any]:
+    """``metrics/eval.json``, refused unless it was computed from today's candidate folder,
+    split and SID map (its fingerprints), for this dataset."""
+    paths = settings.paths
+    path = paths.metrics("eval")
     report = read_json(path, "evaluation metrics", "run `sidrec evaluate` first")
     if report.get("dataset") != settings.project.dataset:
         raise InputError(
@@ -69,25 +72,146 @@ def candidate_metrics(settings: Settings, candidate: str) -> dict[str, float]:
             f"{settings.project.dataset!r}; run `sidrec evaluate` for this dataset",
             path=path,
         )
-    split = settings.register_.gate_metric.split(".", 1)[0]
-    row = (report.get(split) or {}).get(candidate)
-    if not isinstance(row, dict):
+    recorded = (report.get("protocol") or {}).get("fingerprints") or {}
+    today = {
+        f"{candidate.name}_model": ([candidate.model_dir], f"the {candidate.name} model folder"),
+        "split": ([paths.split(s) for s in ("train", "valid", "test")], "the split"),
+        "sid_map": ([paths.sid_map], "the SID map"),
+    }
+    for key, (files, what) in today.items():
+        if recorded.get(key) != fingerprint(files):
+            raise InputError(
+                f"the evaluation was not computed from today's {what} (fingerprint "
+                f"{recorded.get(key)!r} vs {fingerprint(files)!r}); re-run `sidrec evaluate` "
+                "before `sidrec register`",
+                path=path,
+            )
+    return report
+
+
+def candidate_scores(settings: Settings, candidate: str, gate: pd.DataFrame) -> np.ndarray:
+    """The candidate's per-user gate metric on the gate users, in ``gate``'s row order."""
+    metric = settings.register_.gate_metric.split(".", 1)[1]
+    path = settings.paths.eval_users
+    users = pd.read_parquet(path) if path.exists() else None
+    if users is None or metric not in users.columns:
         raise InputError(
-            f"no {split!r} row for model {candidate!r} (the evaluation predates it?); "
+            f"no per-user {metric!r} scores (evaluate.ks must include its K); "
             "run `sidrec evaluate` again",
             path=path,
         )
-    metrics = {
-        f"{s}.{name}": float(v)
-        for s in ("valid", "test")
-        for name, v in ((report.get(s) or {}).get(candidate) or {}).items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
+    rows = users[(users["split"] == "valid") & (users["model"] == candidate)]
+    if rows["user_id"].tolist() != gate["user_id"].astype(str).tolist():
+        raise InputError(
+            f"the per-user scores of {candidate!r} are not of today's gate users; "
+            "run `sidrec evaluate` again",
+            path=path,
+        )
+    return rows[metric].to_numpy(dtype=np.float64)
+
+
+def gate_rows(settings: Settings) -> tuple[pd.DataFrame, list[list[str]] | None]:
+    """The gate users' valid rows and, under ``evaluate.exclude_seen``, their seen items
+    (the rows and rule evaluate scored the candidate on)."""
+    paths = settings.paths
+    train = read_table(paths.split("train"), SPLIT, "train split")
+    valid = read_table(paths.split("valid"), SPLIT, "valid split")
+    gate = validation_half(valid, "gate")
+    if settings.evaluate.max_users:
+        gate = gate.head(settings.evaluate.max_users)
+    return gate, seen_items(train, gate) if settings.evaluate.exclude_seen else None
+
+
+def rescore(
+    settings: Settings, champion: ChampionFiles, gate: pd.DataFrame, seen: list[list[str]] | None
+) -> tuple[np.ndarray, int, int]:
+    """The champion's per-user gate metric on ``gate`` with today's recommender code: history
+    items it does not know are dropped, targets it does not know are misses. Returns
+    (scores, dropped history items, unknown targets)."""
+    import json
+
+    from models.metrics import per_row_metrics
+    from models.recommender import SidRecommender
+    from models.sid import read_sid_map
+
+    metric = settings.register_.gate_metric.split(".", 1)[1]
+    k = int(metric.split("@")[1])
     try:
-        candidate_value(metrics, settings.register_.gate_metric)
-    except InputError as exc:
-        raise InputError(f"{exc} (model {candidate!r})", path=path) from None
-    return metrics
+        sid_map = read_sid_map(champion.sid_map)
+        catalog = pd.read_parquet(champion.catalog)["item_id"].astype(str).tolist()
+        generation = json.loads(champion.generation.read_text())
+        recommender = SidRecommender.from_dir(
+            champion.model_dir,
+            sid_map=sid_map,
+            item_ids=catalog,
+            max_length=int(generation["max_length"]),
+            num_beams=settings.evaluate.num_beams,
+            max_history=int(generation["max_history"]),
+            batch_size=settings.evaluate.batch_size,
+        )
+    except (OSError, ValueError, KeyError, InputError) as exc:
+        raise InputError(
+            f"the champion v{champion.version} cannot be loaded for re-scoring: {exc}; "
+            "no alias was moved (fix the registered version or move the alias by hand)"
+        ) from None
+    known = set(recommender.item_ids)
+    histories = [[i for i in h if i in known] for h in gate["history"]]
+    dropped = sum(len(h) for h in gate["history"]) - sum(len(h) for h in histories)
+    targets = np.array([recommender.index.get(t, -1) for t in gate["target"]])
+    ranking = recommender.rank(histories, min(k, recommender.n_items), exclude=seen, progress=True)
+    scores = np.zeros(len(gate))
+    hit = targets >= 0
+    if hit.any():
+        topk = ranking.items[hit]
+        if topk.shape[1] < k:  # a catalog smaller than K: pad with misses
+            topk = np.pad(topk, ((0, 0), (0, k - topk.shape[1])), constant_values=-1)
+        scores[hit] = per_row_metrics(topk, targets[hit], [k])[metric]
+    return scores, dropped, int((~hit).sum())
+
+
+def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str | None, dict]:
+    """The candidate against the current champion on the gate users (nothing logged yet)."""
+    from models.stats import paired_bootstrap_interval
+    from sidrec.registry import champion_version, client, download_version
+
+    cfg = settings.register_
+    report = checked_report(settings, candidate)
+    gate, seen = gate_rows(settings)
+    ours = candidate_scores(settings, candidate.name, gate)
+    before = champion_version(client(), model_name(settings))
+    if before is None:
+        comparison = Comparison(
+            metric=cfg.gate_metric,
+            challenger=float(ours.mean()),
+            champion=None,
+            low=None,
+            high=None,
+            confidence=cfg.confidence,
+            users=len(gate),
+        )
+        return comparison, None, report
+    with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as tmp:
+        files = download_version(client(), model_name(settings), before, Path(tmp))
+        theirs, dropped, unknown = rescore(settings, files, gate, seen)
+    interval = paired_bootstrap_interval(
+        ours,
+        theirs,
+        confidence=cfg.confidence,
+        n_resamples=settings.evaluate.bootstrap_resamples,
+        seed=settings.project.seed,
+    )
+    comparison = Comparison(
+        metric=cfg.gate_metric,
+        challenger=float(ours.mean()),
+        champion=float(theirs.mean()),
+        low=float(interval.low),
+        high=float(interval.high),
+        confidence=cfg.confidence,
+        users=len(gate),
+        dropped_history_items=dropped,
+        unknown_targets=unknown,
+    )
+    return comparison, before, report
 
 
 def register(settings: Settings) -> StageResult:
@@ -104,20 +228,24 @@ def register(settings: Settings) -> StageResult:
         log.info("register: skipped (register.enabled is false)")
         return StageResult.from_files("register", [paths.metrics("register")], report)
     candidate = pick_candidate(settings)
-    metrics = candidate_metrics(settings, candidate.name)
-    report = _log_and_gate(settings, candidate, metrics)
+    comparison, before, evaluation = compare(settings, candidate)
+    report = _log_and_gate(settings, candidate, comparison, before, evaluation)
     atomic_write_json(paths.metrics("register"), report)
     return StageResult.from_files("register", [paths.metrics("register")], report)
 
 
 def _log_and_gate(
-    settings: Settings, candidate: Candidate, metrics: dict[str, float]
+    settings: Settings,
+    candidate: Candidate,
+    comparison: Comparison,
+    before: str | None,
+    evaluation: dict[str, Any],
 ) -> dict[str, Any]:
     import mlflow
 
     from models.pyfunc import GenerationSettings, log_recommender
-    from sidrec.registry import register_and_gate
-    from sidrec.tracking import metric_key, stage_run, tracking_uri
+    from sidrec.registry import client, register_and_gate
+    from sidrec.tracking import metric_key, stage_run
     from tasks.sft import load_catalog_and_map
 
     cfg = settings.register_
@@ -127,10 +255,24 @@ def _log_and_gate(
         raise ConfigError(f"register.top_k ({cfg.top_k}) exceeds the catalog size ({len(items)})")
     generation = GenerationSettings(
         top_k=cfg.top_k,
-        num_beams=cfg.num_beams,
+        num_beams=settings.evaluate.num_beams,
         max_length=settings.model.max_length,
         max_history=settings.split.max_history,
+        batch_size=settings.evaluate.batch_size,
+        exclude_history=settings.evaluate.exclude_seen,
     )
+    metrics = {
+        f"{s}.{name}": float(v)
+        for s in ("valid", "test")
+        for name, v in ((evaluation.get(s) or {}).get(candidate.name) or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    fingerprints = evaluation["protocol"]["fingerprints"]
+    tags = {
+        "sidrec.dataset": dataset,
+        "sidrec.candidate": candidate.name,
+        **{f"sidrec.fingerprint.{k}": str(v) for k, v in fingerprints.items()},
+    }
     name = model_name(settings)
     params = {"register": settings.section("register"), "candidate": candidate.name}
     with stage_run(dataset=dataset, stage="register", params=params) as run:
@@ -144,15 +286,16 @@ def _log_and_gate(
             example_history=items["item_id"].astype(str).head(3).tolist(),
         )
         decision = register_and_gate(
-            mlflow.MlflowClient(tracking_uri()),
+            client(),
             model_name=name,
             model_uri=info.model_uri,
-            run_id=run.info.run_id,
-            model_id=info.model_id,
-            gate_metric=cfg.gate_metric,
+            comparison=comparison,
+            champion_before=before,
             metrics=metrics,
             min_margin=cfg.min_margin,
-            tags={"sidrec.dataset": dataset, "sidrec.candidate": candidate.name},
+            run_id=run.info.run_id,
+            model_id=info.model_id,
+            tags=tags,
         )
         mlflow.set_tags(
             {
@@ -169,6 +312,9 @@ def _log_and_gate(
         "model_uri": info.model_uri,
         **decision._asdict(),
         "aliases": list(decision.aliases),
+        "dropped_history_items": comparison.dropped_history_items,
+        "unknown_targets": comparison.unknown_targets,
+        "fingerprints": fingerprints,
     }
 
 
@@ -177,11 +323,13 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("skipped"):
         return f"skipped ({report['reason']})"
     verdict = "promoted to champion" if report["promoted"] else "not promoted"
-    before = (
-        f"champion v{report['champion_version']} {_number(report['champion_value'])}"
-        if report["champion_version"]
-        else "no champion before"
-    )
+    if report["champion_version"]:
+        before = (
+            f"champion v{report['champion_version']} {_number(report['champion_value'])}, "
+            f"diff [{_number(report['diff_low'], True)}, {_number(report['diff_high'], True)}]"
+        )
+    else:
+        before = "no champion before"
     return (
         f"{report['model_name']} v{report['version']} ({report['candidate']}) · {verdict} · "
         f"{report['gate_metric']} {_number(report['candidate_value'])} vs {before}"
@@ -197,14 +345,27 @@ def decision_markdown(report: dict[str, Any]) -> str:
     rows = [
         ("model", f"`{report['model_name']}` v{report['version']} ({report['candidate']})"),
         ("aliases", ", ".join(report["aliases"]) or "-"),
-        ("gate metric", f"`{report['gate_metric']}` (margin {report['min_margin']:g})"),
+        (
+            "gate metric",
+            f"`{report['gate_metric']}` on {report['gate_users']} gate users "
+            f"(margin {report['min_margin']:g})",
+        ),
         ("candidate", _number(report["candidate_value"])),
         (
-            "champion before",
+            "champion before (re-scored today)",
             f"v{report['champion_version']}: {_number(champion)}"
             if report["champion_version"]
             else "none",
         ),
+        (
+            f"candidate − champion, paired {report['confidence']:.0%} interval",
+            f"[{_number(report['diff_low'], True)}, {_number(report['diff_high'], True)}]",
+        ),
+        (
+            "champion: dropped history items / unknown targets",
+            f"{report['dropped_history_items']} / {report['unknown_targets']}",
+        ),
+        ("data", ", ".join(f"{k} `{v}`" for k, v in report["fingerprints"].items())),
         ("reason", report["reason"]),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -213,8 +374,10 @@ def decision_markdown(report: dict[str, Any]) -> str:
     )
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.4f}"
+def _number(value: float | None, signed: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:+.4f}" if signed else f"{value:.4f}"
 
 
 @task(name="register", cache_policy=StageCache(stage="register"), persist_result=True)

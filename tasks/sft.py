@@ -35,6 +35,8 @@ from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import atomic_write_json, read_table
 from sidrec.orchestration import StageCache, publish_table
+from sidrec.protocol import validation_half
+from sidrec.registry import champion_label
 from sidrec.schemas import ITEMS, SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
@@ -105,36 +107,17 @@ def build_model_and_tokenizer(
 
 def champion_start(settings: Settings, dest: Path) -> Path | None:
     """The registered champion's model folder, downloaded under ``dest`` (None: no champion)."""
-    import mlflow
+    from sidrec.registry import client, download_champion, model_name
 
-    from sidrec.registry import download_champion_model
-    from sidrec.tracking import tracking_uri
-    from tasks.register import model_name
-
-    mlflow.set_tracking_uri(tracking_uri())
-    found = download_champion_model(mlflow.MlflowClient(), model_name(settings), dest)
+    found = download_champion(client(), model_name(settings), dest)
     if found is None:
         log.info(
             "sft.warm_start: no champion of %s yet; starting from a fresh model",
             model_name(settings),
         )
-    else:
-        log.info("sft.warm_start: continuing from %s", champion_label(settings))
-    return found
-
-
-def champion_label(settings: Settings) -> str:
-    """``<name>@champion (v<N>)``, or an empty string without a champion (a cache-key part)."""
-    import mlflow
-
-    from sidrec.registry import champion_version
-    from sidrec.tracking import tracking_uri
-    from tasks.register import model_name
-
-    mlflow.set_tracking_uri(tracking_uri())
-    name = model_name(settings)
-    version = champion_version(mlflow.MlflowClient(), name)
-    return f"{name}@champion (v{version})" if version else ""
+        return None
+    log.info("sft.warm_start: continuing from %s v%s", model_name(settings), found.version)
+    return found.model_dir
 
 
 def trainer_runtime(settings: Settings) -> dict[str, Any]:
@@ -193,7 +176,8 @@ def build_datasets(
             ]
         else:
             examples += builder.alignment_examples(task_name)
-    eval_rows = valid.head(cfg.eval_rows)
+    # checkpoint selection reads the selection half only: the gate half judges promotion
+    eval_rows = validation_half(valid, "selection").head(cfg.eval_rows)
     evals = [
         builder.history_example(list(h), t, False)
         for h, t in zip(eval_rows["history"], eval_rows["target"], strict=True)

@@ -1,9 +1,15 @@
 """Stage 3 — split: ``data/processed/<ds>/{train,valid,test}.parquet``, one row per
 (user, history, target).
 
-Order within a user: by timestamp, ties broken by item_id (string order). The rule depends
-only on the set of interactions, never on file order, so re-ingesting a shuffled file gives
-the same split.
+Order within a user: by timestamp, ties kept in the order the rows come from the source
+(ingest and validate keep the source's row order) — a stable sort on (user, timestamp), never
+by item id. This is what RecBole does before its leave-one-out split, so on MovieLens-100k
+our valid and test targets are RecBole's: 415 of its 943 users rate several movies in their
+last second, and an id tie-break changes 282 test and 384 valid targets. A shuffled file
+gives the same split wherever a user's timestamps are distinct; same-second ties follow the
+file.
+
+``sliding_window`` orders all samples by target time, ties again in source row order.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ log = logging.getLogger(__name__)
 
 
 def user_sequences(inter: pd.DataFrame) -> pd.DataFrame:
-    """Interactions sorted by (user, timestamp, item_id) with each row's position in its user's sequence."""
-    ordered = inter.sort_values(["user_id", "timestamp", "item_id"], kind="stable").reset_index(
-        drop=True
-    )
+    """Interactions by (user, timestamp), ties in source row order, with each row's source
+    ``row``, its position ``pos`` in its user's sequence and the sequence ``length``."""
+    # `row` makes the tie rule explicit rather than relying on a multi-key sort being stable
+    ordered = inter.assign(row=np.arange(len(inter)))
+    ordered = ordered.sort_values(["user_id", "timestamp", "row"]).reset_index(drop=True)
     ordered["pos"] = ordered.groupby("user_id", sort=False).cumcount()
     ordered["length"] = ordered.groupby("user_id", sort=False)["pos"].transform("size")
     return ordered
@@ -50,6 +57,7 @@ def samples(seq: pd.DataFrame, max_history: int) -> pd.DataFrame:
             "timestamp": seq["timestamp"].to_numpy()[rows].astype("int64"),
             "pos": pos[rows],
             "length": seq["length"].to_numpy()[rows],
+            "row": seq["row"].to_numpy()[rows],
         }
     )
 
@@ -63,9 +71,9 @@ def leave_one_out(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFra
 
 
 def sliding_window(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFrame]:
-    """MiniOneRec: all samples in target-time order (ties: user_id, position), cut 8:1:1."""
+    """MiniOneRec: all samples in target-time order (ties: the target's source row), cut 8:1:1."""
     s = samples(user_sequences(inter), cfg.max_history)
-    s = s.sort_values(["timestamp", "user_id", "pos"], kind="stable").reset_index(drop=True)
+    s = s.sort_values(["timestamp", "row"]).reset_index(drop=True)
     n = len(s)
     a = round(n * cfg.ratios[0])
     b = round(n * (cfg.ratios[0] + cfg.ratios[1]))

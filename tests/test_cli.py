@@ -141,14 +141,18 @@ def test_stage_commands_and_help(project):
         "t",
         "-s",
         "validate.min_user_interactions=3",
+        "-s",
+        "sasrec.max_epochs=2",
     ]
-    for stage in ("ingest", "validate", "split"):
+    for stage in ("ingest", "validate", "split", "baselines"):
         result = runner.invoke(app, [stage, *flags])
         assert result.exit_code == 0, result.output
     assert (project / "data" / "processed" / "t" / "train.parquet").exists()
-    assert len(list((project / "runs").glob("*/params.yaml"))) == 3
+    assert (project / "artifacts" / "baselines" / "t" / "sasrec" / "model.pt").exists()
+    assert "SASRec max_len 20" in result.output  # the closing summary of `sidrec baselines`
+    assert len(list((project / "runs").glob("*/params.yaml"))) == 4
     help_text = runner.invoke(app, ["--help"]).output
-    assert all(cmd in help_text for cmd in ("ingest", "validate", "split", "pipeline"))
+    assert all(cmd in help_text for cmd in ("ingest", "validate", "split", "baselines", "pipeline"))
 
 
 def test_real_process_prints_no_traceback(project, prefect_harness):

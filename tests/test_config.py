@@ -91,3 +91,21 @@ def test_resolved_config_round_trips(tmp_path):
         ]
         == 5
     )
+
+
+def test_renamed_keys_name_their_new_place(tmp_path):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["evaluate"] |= {"sasrec_max_epochs": 50, "sasrec_patience": 3}
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError) as err:
+        load_settings(old)
+    assert "evaluate.sasrec_patience was renamed: use sasrec.patience" in str(err.value)
+    assert "evaluate.sasrec_max_epochs was renamed: use sasrec.max_epochs" in str(err.value)
+    assert "unknown key" not in str(err.value)
+
+
+def test_sasrec_heads_must_divide_hidden(project):
+    with pytest.raises(ConfigError, match=r"sasrec.heads: Value error, must divide sasrec.hidden"):
+        load_settings("params.yaml", ["sasrec.hidden=10", "sasrec.heads=3"])
+    assert load_settings("params.yaml", ["sasrec.max_len=50"]).sasrec.max_len == 50

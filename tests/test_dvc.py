@@ -51,14 +51,26 @@ def test_dvc_stages_match_code_params_and_paths():
         "split": [str(paths.split(n)) for n in ("train", "valid", "test")],
         "embed": [str(paths.item_emb), str(paths.item_emb_manifest)],
         "sids": [str(paths.sids_dir)],
+        "baselines": [str(paths.sasrec_model)],
         "sft": [str(paths.sft_model)],
         "grpo": [str(paths.grpo_model)],
-        "evaluate": [],
+        "evaluate": [str(paths.eval_users)],
         "register": [],
     }
     assert paths.sid_map.parent == paths.sids_dir and paths.quantizer.parent == paths.sids_dir
     metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
-    names = ("ingest", "validation", "split", "embed", "sids", "sft", "grpo", "eval", "register")
+    names = (
+        "ingest",
+        "validation",
+        "split",
+        "embed",
+        "sids",
+        "baselines",
+        "sft",
+        "grpo",
+        "eval",
+        "register",
+    )
     assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, names, strict=True)}
 
 
@@ -101,7 +113,8 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
     params["grpo"].update(
         num_generations=4, prompts_per_step=4, max_steps=2, eval_every=2, eval_users=8
     )
-    params["evaluate"].update(ks=[1, 5, 10], num_beams=10, sasrec_max_epochs=2)
+    params["sasrec"].update(max_epochs=2)
+    params["evaluate"].update(ks=[1, 5, 10], num_beams=10)
     _write_params(work, params)
     _run(["git", "init", "-q"], work)
     _run([str(DVC), "init", "-q"], work)
@@ -114,20 +127,21 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
     assert "Data and pipelines are up to date." in second
     assert _ran(second) == set()
 
-    params["split"]["max_history"] = 1
+    # What DVC guarantees: a stage re-runs when a declared input (param, dep file) changed,
+    # and never when none did. Whether a downstream stage follows depends on whether its
+    # inputs' bytes changed (a retrained model, a metrics file with a wall-clock field), so
+    # only stages whose inputs certainly changed, or certainly did not, are asserted.
+    params["split"]["max_history"] = 1  # shorter histories: new split files
     _write_params(work, params)
-    assert _ran(_run([str(DVC), "repro"], work)) == {
-        "split",
-        "sft",
-        "grpo",
-        "evaluate",
-        "register",
-    }  # not ingest, validate, embed, sids
+    ran = _ran(_run([str(DVC), "repro"], work))
+    assert {"split", "baselines", "sft", "grpo", "evaluate"} <= ran
+    assert ran.isdisjoint({"ingest", "validate", "embed", "sids"})
 
-    params["evaluate"]["sasrec_patience"] = 2
+    params["sasrec"]["patience"] = 1
     _write_params(work, params)
-    # register depends on eval.json, which changed
-    assert _ran(_run([str(DVC), "repro"], work)) == {"evaluate", "register"}
+    ran = _ran(_run([str(DVC), "repro"], work))
+    assert "baselines" in ran
+    assert ran.isdisjoint({"ingest", "validate", "split", "embed", "sids", "sft"})
 
     params["grpo"]["learning_rate"] = 0.0005
     _write_params(work, params)

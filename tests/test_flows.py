@@ -117,3 +117,32 @@ def test_build_sids_flow_logs_the_sid_report_to_mlflow(project, prefect_harness)
     assert run.data.params["method"] == "rqkmeans"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"sids.json", "code_usage.png"} <= artifacts
+
+
+def test_train_flow_until_baselines_trains_sasrec_once(project, prefect_harness, files_under):
+    import mlflow
+
+    from flows.train import train_recommender
+
+    inter, items = write_csv_dataset(project / "src")
+    settings = csv_settings(project, inter, items, dataset="flowbase", sasrec={"max_epochs": 2})
+    prepare_data(settings)
+    results = train_recommender(settings, until="baselines")
+    assert set(results) == {"baselines"} and results["baselines"].metrics["epochs_run"] <= 2
+    assert (settings.paths.sasrec_model / "model.pt").exists()
+    before = files_under("artifacts")
+
+    train_recommender(settings, until="baselines")
+    assert files_under("artifacts") == before  # served from the cache
+
+    patient = csv_settings(
+        project, inter, items, dataset="flowbase", sasrec={"max_epochs": 2, "patience": 1}
+    )
+    train_recommender(patient, until="baselines")
+    after = files_under("artifacts")
+    assert {p for p in after if after[p] != before[p]} == {
+        str(settings.paths.sasrec_model / name) for name in ("model.pt", "config.json")
+    }
+    runs = mlflow.search_runs(experiment_names=["sidrec-flowbase"], output_format="list")
+    logged = [r for r in runs if r.data.tags["sidrec.stage"] == "baselines"]
+    assert len(logged) == 2 and "valid_selection.ndcg_at_10" in logged[0].data.metrics

@@ -35,6 +35,26 @@ def test_failed_stage_keeps_previous_outputs_and_leaves_no_temp_files(tmp_path):
     assert list(tmp_path.iterdir()) == [target]
 
 
+def test_a_staged_folder_replaces_the_old_one_whole_or_not_at_all(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "old.bin").write_text("old")
+
+    def write(tmp):
+        (tmp / "new.bin").write_text("new")
+
+    with pytest.raises(RuntimeError), AtomicOutputs() as out:
+        out.folder(folder, write)
+        raise RuntimeError("boom")
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+    assert [p.name for p in folder.iterdir()] == ["old.bin"]
+    with AtomicOutputs() as out:
+        out.folder(folder, write)
+        assert [p.name for p in folder.iterdir()] == ["old.bin"]
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+    assert [p.name for p in folder.iterdir()] == ["new.bin"]  # nothing of the old folder left
+
+
 def test_read_table_checks_schema(tmp_path):
     path = tmp_path / "t.parquet"
     _frame().drop(columns="timestamp").to_parquet(path)

@@ -36,9 +36,9 @@ from tests.tiny_recommender import (
     ITEM_IDS,
     TITLES,
     USERS,
+    evaluate_project,
     tiny_overrides,
     tiny_settings,
-    write_eval,
     write_project,
 )
 
@@ -55,7 +55,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.chdir(folder)
         settings = tiny_settings(folder, register={"model_name": MODEL})
         write_project(settings)
-        write_eval(settings, sft={"ndcg@10": 0.1})
+        evaluate_project(settings)
         assert register(settings).metrics["promoted"]
         yield folder
 
@@ -65,11 +65,9 @@ def settings(root: Path) -> Settings:
     return tiny_settings(root, register={"model_name": MODEL})
 
 
-def test_user_histories_are_recent_items_in_time_order(settings: Settings) -> None:
+def test_user_histories_are_whole_sequences_in_time_order(settings: Settings) -> None:
     histories = user_histories(settings).set_index("user_id")["history"]
-    assert {u: list(h) for u, h in histories.items()} == {
-        u: items[-3:] for u, items in USERS.items()
-    }
+    assert {u: list(h) for u, h in histories.items()} == USERS
 
 
 def test_recommend_for_a_user_and_for_a_history(settings: Settings) -> None:
@@ -80,13 +78,14 @@ def test_recommend_for_a_user_and_for_a_history(settings: Settings) -> None:
     assert recs["rank"].tolist() == [1, 2, 3, 4] and recs["item_id"].is_unique
     assert set(recs["item_id"]) <= set(ITEM_IDS)
     assert recs["title"].tolist() == [TITLES[i] for i in recs["item_id"]]
-    same = recommend(settings, history=USERS["u1"][-3:], k=4, champion=champion)
+    assert not set(recs["item_id"]) & set(USERS["u1"])  # nothing the user already has
+    same = recommend(settings, history=USERS["u1"], k=4, champion=champion)
     assert same["item_id"].tolist() == recs["item_id"].tolist()
 
 
 def test_recommend_errors(settings: Settings, root: Path) -> None:
     champion = load_champion(settings)
-    with pytest.raises(InputError, match=r"unknown user 'ghost' \(3 users"):
+    with pytest.raises(InputError, match=rf"unknown user 'ghost' \({len(USERS)} users"):
         recommend(settings, user="ghost", champion=champion)
     with pytest.raises(InputError, match=r"not in the model's catalog.*'zz'"):
         recommend(settings, history=["i1", "zz"], champion=champion)

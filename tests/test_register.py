@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from pathlib import Path
@@ -12,7 +11,8 @@ from typing import Any
 import mlflow
 import pytest
 
-from sidrec.errors import InputError
+from sidrec.config import load_settings
+from sidrec.errors import ConfigError, InputError
 from sidrec.registry import (
     CHALLENGER,
     CHAMPION,
@@ -20,21 +20,32 @@ from sidrec.registry import (
     TAG_CHAMPION_VALUE,
     TAG_CHAMPION_VERSION,
     TAG_DECISION,
+    TAG_DIFF_LOW,
     TAG_GATE_METRIC,
     TAG_GATE_VALUE,
     TAG_REASON,
+    Comparison,
     decide,
     metric_tag,
     register_and_gate,
 )
 from sidrec.tracking import tracking_uri
 from tasks.register import decision_markdown, register, summary_line
-from tests.tiny_recommender import tiny_settings, write_eval, write_project
+from tests.conftest import REPO
+from tests.tiny_recommender import evaluate_project, save_tiny_model, tiny_settings, write_project
 
-GATE = "test.ndcg@10"
+GATE = "valid.ndcg@10"
 # Every test uses the session's SQLite store (tests/conftest.py: creating one costs seconds)
 # and registers under its own model name.
 NAME = ""
+
+
+def _comparison(ours: float, theirs: float | None, low: float | None = None) -> Comparison:
+    """Challenger ``ours`` vs champion ``theirs`` with a paired interval [low, low + 0.02]."""
+    if theirs is None:
+        return Comparison(GATE, ours, None, None, None, 0.95, 40)
+    low = ours - theirs - 0.01 if low is None else low
+    return Comparison(GATE, ours, theirs, low, low + 0.02, 0.95, 40)
 
 
 class Echo(mlflow.pyfunc.PythonModel):
@@ -59,20 +70,21 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> mlflow.MlflowClie
     return mlflow.MlflowClient(tracking_uri())
 
 
-def _gate(client: mlflow.MlflowClient, value: float | None, margin: float = 0.0, **kw: Any):
+def _gate(client: mlflow.MlflowClient, comparison: Comparison, margin: float = 0.0, **kw: Any):
     with mlflow.start_run() as run:
         # explicit (empty) requirements: inferring them would load the model in a subprocess
         info = mlflow.pyfunc.log_model(name="m", python_model=Echo(), pip_requirements=[])
-    metrics = {"test.hr@10": 0.5} if value is None else {GATE: value, "test.hr@10": 0.5}
+    before = client.get_registered_model(NAME).aliases.get(CHAMPION) if _registered(NAME) else None
     return register_and_gate(
         client,
         model_name=NAME,
         model_uri=info.model_uri,
+        comparison=comparison,
+        champion_before=None if before is None else str(before),
+        metrics={GATE: comparison.challenger, "test.hr@10": 0.5},
+        min_margin=margin,
         run_id=run.info.run_id,
         model_id=info.model_id,
-        gate_metric=GATE,
-        metrics=metrics,
-        min_margin=margin,
         **kw,
     )
 
@@ -85,17 +97,22 @@ def _registered(name: str) -> bool:
     return bool(mlflow.MlflowClient().search_registered_models(f"name = '{name}'"))
 
 
-def test_decide() -> None:
-    assert decide(candidate=0.1, champion=None, has_champion=False, min_margin=0.5)[0]
-    assert decide(candidate=0.2, champion=0.1, has_champion=True, min_margin=0.05)[0]
-    assert not decide(candidate=0.12, champion=0.1, has_champion=True, min_margin=0.05)[0]
-    assert not decide(candidate=0.1, champion=0.1, has_champion=True, min_margin=0.0)[0]
-    promoted, reason = decide(candidate=0.9, champion=None, has_champion=True, min_margin=0)
-    assert not promoted and "no recorded value" in reason
+def test_decide_needs_the_paired_lower_bound_above_the_margin() -> None:
+    assert decide(_comparison(0.1, None), has_champion=False, min_margin=0.5) == (
+        True,
+        "no champion yet",
+    )
+    assert decide(_comparison(0.2, 0.1, low=0.01), has_champion=True, min_margin=0.0)[0]
+    assert not decide(_comparison(0.2, 0.1, low=0.01), has_champion=True, min_margin=0.02)[0]
+    # a higher mean inside the noise is not enough
+    promoted, reason = decide(_comparison(0.12, 0.1, low=-0.003), has_champion=True, min_margin=0)
+    assert not promoted and "beyond the noise" in reason and "[-0.003" in reason
+    # the same model twice: every difference is 0, the lower bound is 0, nothing moves
+    assert not decide(_comparison(0.1, 0.1, low=0.0), has_champion=True, min_margin=0.0)[0]
 
 
 def test_first_version_becomes_champion(client: mlflow.MlflowClient) -> None:
-    d = _gate(client, 0.10, tags={"sidrec.dataset": "tiny"})
+    d = _gate(client, _comparison(0.10, None), tags={"sidrec.dataset": "tiny"})
     assert (d.version, d.promoted, d.champion_version, d.champion_value) == ("1", True, None, None)
     assert d.aliases == (CHALLENGER, CHAMPION)
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
@@ -106,50 +123,59 @@ def test_first_version_becomes_champion(client: mlflow.MlflowClient) -> None:
     assert tags["sidrec.dataset"] == "tiny" and tags[TAG_CHAMPION_VERSION] == ""
 
 
-def test_better_candidate_is_promoted_and_old_champion_becomes_previous(
+def test_better_beyond_the_noise_is_promoted_and_old_champion_becomes_previous(
     client: mlflow.MlflowClient,
 ) -> None:
-    _gate(client, 0.10)
-    d = _gate(client, 0.12)
+    _gate(client, _comparison(0.10, None))
+    d = _gate(client, _comparison(0.12, 0.10, low=0.005))
     assert d.promoted and (d.champion_version, d.champion_value) == ("1", 0.10)
     assert _aliases(client) == {CHAMPION: "2", CHALLENGER: "2", PREVIOUS: "1"}
     tags = client.get_model_version(NAME, "2").tags
-    assert tags[TAG_DECISION] == "promoted"
+    assert tags[TAG_DECISION] == "promoted" and float(tags[TAG_DIFF_LOW]) == 0.005
     assert (tags[TAG_CHAMPION_VERSION], float(tags[TAG_CHAMPION_VALUE])) == ("1", 0.10)
     assert mlflow.pyfunc.load_model(f"models:/{NAME}@champion").metadata.run_id == (
         client.get_model_version(NAME, "2").run_id
     )
 
 
-def test_worse_candidate_is_not_promoted(client: mlflow.MlflowClient) -> None:
-    _gate(client, 0.10)
-    d = _gate(client, 0.08)
+def test_worse_or_within_noise_is_not_promoted(client: mlflow.MlflowClient) -> None:
+    _gate(client, _comparison(0.10, None))
+    d = _gate(client, _comparison(0.08, 0.10))
     assert not d.promoted and d.aliases == (CHALLENGER,)
-    assert "<= champion" in d.reason
-    assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "2"}
+    assert _gate(client, _comparison(0.11, 0.10, low=-0.001)).promoted is False
+    assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "3"}
     tags = client.get_model_version(NAME, "2").tags
     assert tags[TAG_DECISION] == "rejected" and float(tags[TAG_CHAMPION_VALUE]) == 0.10
 
 
 def test_margin_is_respected(client: mlflow.MlflowClient) -> None:
-    _gate(client, 0.10)
-    assert not _gate(client, 0.105, margin=0.01).promoted  # better, but not by the margin
+    _gate(client, _comparison(0.10, None))
+    assert not _gate(client, _comparison(0.2, 0.1, low=0.005), margin=0.01).promoted
     assert _aliases(client)[CHAMPION] == "1"
-    assert _gate(client, 0.115, margin=0.01).promoted
+    assert _gate(client, _comparison(0.2, 0.1, low=0.015), margin=0.01).promoted
     assert _aliases(client) == {CHAMPION: "3", CHALLENGER: "3", PREVIOUS: "1"}
 
 
-@pytest.mark.parametrize("value", [None, math.nan, math.inf])
-def test_missing_or_bad_gate_metric_moves_nothing(client: mlflow.MlflowClient, value) -> None:
-    _gate(client, 0.10)
-    with pytest.raises(InputError, match="test.ndcg@10"):
-        _gate(client, value)
+def test_a_champion_that_moved_while_scoring_moves_nothing(client: mlflow.MlflowClient) -> None:
+    _gate(client, _comparison(0.10, None))
+    with mlflow.start_run() as run:
+        info = mlflow.pyfunc.log_model(name="m", python_model=Echo(), pip_requirements=[])
+    with pytest.raises(InputError, match="champion of .* moved"):
+        register_and_gate(
+            client,
+            model_name=NAME,
+            model_uri=info.model_uri,
+            comparison=_comparison(0.5, None),
+            champion_before=None,  # scored as if there were no champion
+            metrics={},
+            min_margin=0.0,
+            run_id=run.info.run_id,
+        )
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
-    assert [str(v.version) for v in client.search_model_versions(f"name='{NAME}'")] == ["1"]
 
 
 def test_failure_while_registering_moves_no_alias(client: mlflow.MlflowClient) -> None:
-    _gate(client, 0.10)
+    _gate(client, _comparison(0.10, None))
 
     class Failing:
         """The real client, except that tagging the new version fails (e.g. server gone)."""
@@ -161,78 +187,113 @@ def test_failure_while_registering_moves_no_alias(client: mlflow.MlflowClient) -
             raise ConnectionError("tracking server went away")
 
     with pytest.raises(ConnectionError):
-        _gate(Failing(), 0.50)  # type: ignore[arg-type]
+        _gate(Failing(), _comparison(0.5, 0.1, low=0.3))  # type: ignore[arg-type]
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
 
 
-def test_champion_without_recorded_metric_is_kept(client: mlflow.MlflowClient) -> None:
-    _gate(client, 0.10)
-    for key in (metric_tag(GATE), TAG_GATE_VALUE):
-        client.delete_model_version_tag(NAME, "1", key)
-    d = _gate(client, 0.90)
-    assert not d.promoted and "no recorded value" in d.reason
-    assert _aliases(client)[CHAMPION] == "1"
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("test.ndcg@10", "would choose the model on the test split.*'valid.ndcg@10'"),
+        ("valid.mrr@10", "unknown gate metric 'valid.mrr@10'"),
+        ("train.ndcg@10", "unknown gate metric"),
+    ],
+)
+def test_gate_metric_must_be_a_validation_metric(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(REPO / "params.yaml", [f"register.gate_metric={value}"])
 
 
-# --- the register stage (tasks/register.py) on a tiny model ---------------------------------
+# --- the register stage (tasks/register.py) on a tiny model, evaluated for real --------------
 
 
 @pytest.fixture
 def tiny(project: Path, model_name: str):
     settings = tiny_settings(project, register={"model_name": model_name})
     write_project(settings)
+    evaluate_project(settings)
     return settings
 
 
-def test_register_stage_promotes_then_gates(tiny) -> None:
-    write_eval(tiny, sft={"hr@10": 0.3, "ndcg@10": 0.10})
+def test_register_stage_promotes_then_keeps_the_same_model_out(tiny) -> None:
     first = register(tiny).metrics
     assert (first["model_name"], first["version"], first["promoted"]) == (NAME, "1", True)
-    assert first["candidate"] == "sft" and first["candidate_value"] == 0.10
+    report = json.loads(tiny.paths.metrics("eval").read_text())
+    assert first["candidate"] == "sft"
+    assert first["candidate_value"] == pytest.approx(report["valid"]["sft"]["ndcg@10"])
     assert json.loads(tiny.paths.metrics("register").read_text()) == json.loads(json.dumps(first))
-    assert (
-        summary_line(first)
-        == f"{NAME} v1 (sft) · promoted to champion · {GATE} 0.1000 vs no champion before"
-    )
+    assert summary_line(first).startswith(f"{NAME} v1 (sft) · promoted to champion · {GATE}")
     assert "**champion**" in decision_markdown(first)
 
-    write_eval(tiny, sft={"hr@10": 0.3, "ndcg@10": 0.05})
+    # the same model again: re-scored champion == challenger on every user → not promoted
     second = register(tiny).metrics
-    assert (second["version"], second["promoted"], second["champion_value"]) == ("2", False, 0.10)
-    assert second["aliases"] == [CHALLENGER]
-    assert summary_line(second).endswith("not promoted · test.ndcg@10 0.0500 vs champion v1 0.1000")
+    assert (second["version"], second["promoted"]) == ("2", False)
+    assert second["champion_value"] == pytest.approx(first["candidate_value"])
+    assert (second["diff_low"], second["diff_high"]) == (0.0, 0.0)
+    assert "not promoted" in summary_line(second)
     assert _aliases(mlflow.MlflowClient()) == {CHAMPION: "1", CHALLENGER: "2"}
+    tags = mlflow.MlflowClient().get_model_version(NAME, "2").tags
+    assert tags[TAG_DECISION] == "rejected" and tags["sidrec.fingerprint.split"]
     run = mlflow.MlflowClient().get_run(second["run_id"])
-    assert (
-        run.data.tags["sidrec.stage"] == "register" and run.data.metrics["test.ndcg_at_10"] == 0.05
-    )
+    assert run.data.tags["sidrec.stage"] == "register" and "valid.ndcg_at_10" in run.data.metrics
+
+
+def test_the_served_model_answers_what_evaluate_ranked(tiny) -> None:
+    """The registered pyfunc, given a test user's history up to the target, returns exactly the
+    ranking evaluate scored for that user (same recommender, beams and exclusion)."""
+    import pandas as pd
+
+    from tests.tiny_recommender import USERS
+
+    register(tiny)
+    served = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    users = pd.read_parquet(tiny.paths.eval_users)
+    ranked = users[(users["split"] == "test") & (users["model"] == "sft")]
+    for user, ranking in zip(ranked["user_id"], ranked["ranking"], strict=True):
+        answer = served.predict(pd.DataFrame({"history": [USERS[user][:-1]]}), params={"k": 10})
+        assert list(answer["item_ids"].iloc[0]) == list(ranking), user
+        assert not set(ranking) & set(USERS[user][:-1])  # seen items excluded
+
+
+def test_register_refuses_metrics_of_another_model_folder(tiny) -> None:
+    save_tiny_model(tiny.paths.sft_model, seed=7)  # retrained after evaluate ran
+    with pytest.raises(InputError, match="not computed from today's the sft model folder"):
+        register(tiny)
+    assert not _registered(NAME)  # nothing was logged
+
+
+def test_register_refuses_metrics_of_another_split(tiny) -> None:
+    from sidrec.io import read_table
+    from sidrec.schemas import SPLIT
+
+    train = read_table(tiny.paths.split("train"), SPLIT, "train")
+    train.head(len(train) - 1).to_parquet(tiny.paths.split("train"))
+    with pytest.raises(InputError, match="split.*re-run `sidrec evaluate`"):
+        register(tiny)
+    assert not _registered(NAME)
+
+
+def test_a_champion_that_cannot_be_loaded_moves_nothing(tiny, client) -> None:
+    _gate(client, _comparison(0.10, None))  # champion v1: an Echo model, no recommender files
+    with pytest.raises(InputError, match="v1 holds no model folder"):
+        register(tiny)
+    assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
 
 
 def test_register_auto_prefers_grpo_and_needs_its_eval_row(project: Path) -> None:
     settings = tiny_settings(project, grpo={"enabled": True}, register={"model_name": NAME})
     write_project(settings, grpo_model=True)
-    write_eval(settings, sft={"ndcg@10": 0.10})  # evaluation older than the GRPO model
-    with pytest.raises(InputError, match="no 'test' row for model 'grpo'"):
-        register(settings)
-    assert not _registered(NAME)  # nothing was logged
-    write_eval(settings, sft={"ndcg@10": 0.10}, grpo={"ndcg@10": 0.2})
-    m = register(settings).metrics
-    assert (m["candidate"], m["candidate_value"], m["promoted"]) == ("grpo", 0.2, True)
-
-
-def test_register_stage_errors_before_logging(tiny) -> None:
     with pytest.raises(InputError, match="run `sidrec evaluate` first"):
-        register(tiny)
-    write_eval(tiny, sft={"hr@10": 0.3})
-    with pytest.raises(InputError, match=r"no 'test.ndcg@10'.*model 'sft'"):
-        register(tiny)
-    assert not _registered(NAME)
+        register(settings)
+    evaluate_project(settings)
+    m = register(settings).metrics
+    assert (m["candidate"], m["promoted"]) == ("grpo", True)
+    assert _registered(NAME)
 
 
 def test_register_disabled_logs_nothing(project: Path) -> None:
     settings = tiny_settings(project, register={"enabled": False, "model_name": NAME})
     write_project(settings)
-    write_eval(settings, sft={"ndcg@10": 0.1})
     result = register(settings)
     assert result.metrics["skipped"] is True
     assert summary_line(result.metrics) == "skipped (register.enabled is false)"

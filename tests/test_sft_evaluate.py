@@ -6,12 +6,14 @@ import json
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from models.lm import load_model_dir
 from models.sid import read_sid_map
 from sidrec.errors import InputError
+from tasks.baselines import baselines
 from tasks.evaluate import evaluate
 from tasks.ingest import ingest
 from tasks.sft import sft
@@ -43,7 +45,8 @@ def _settings(project, **extra):
             "eval_rows": 20,
             "logging_steps": 5,
         },
-        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8, "sasrec_max_epochs": 3},
+        "sasrec": {"max_epochs": 3},
+        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8},
         "grpo": {
             "enabled": False
         },  # these tests evaluate the SFT model; tests/test_grpo.py adds GRPO
@@ -55,7 +58,8 @@ def _settings(project, **extra):
 
 @pytest.fixture
 def prepared(project):
-    """Raw → validated → splits → random embeddings → SIDs for a catalog where item i is followed by i+1."""
+    """Raw → validated → splits → random embeddings → SIDs → SASRec for a catalog where item i
+    is followed by i+1."""
     rows = [
         f"u{u},i{(u + k) % N_ITEMS},{1_600_000_000 + 1000 * u + k}"
         for u in range(N_USERS)
@@ -77,6 +81,7 @@ def prepared(project):
         [f"i{n}" for n in range(N_ITEMS)],
     )
     sids(settings)
+    baselines(settings)
     return settings
 
 
@@ -125,7 +130,73 @@ def test_evaluate_reports_every_model_on_full_catalog(prepared):
             assert {f"{m}@{k}" for m in ("hr", "ndcg") for k in (1, 5, 10)} <= set(row)
             assert all(0.0 <= row[f"ndcg@{k}"] <= row[f"hr@{k}"] <= 1.0 for k in (1, 5, 10))
         assert report[split_name]["sft"]["invalid_rate"] == 0.0
-    assert report["test_rows"] == N_USERS
+        for model, row in report[split_name].items():
+            ci = report["intervals"][split_name][model]["ndcg@10"]
+            assert ci["low"] <= row["ndcg@10"] <= ci["high"]
+            assert 0 < row["coverage@10"] <= 1 and 0 <= row["popularity_percentile@10"] <= 100
+    assert set(report["paired"]["test"]) == {"sft - sasrec", "best generative - sasrec"}
+    assert report["best_generative"] == "sft" and report["test_rows"] == N_USERS
+    fingerprints = report["protocol"]["fingerprints"]
+    assert set(fingerprints) == {"split", "sid_map", "sasrec", "sft_model"}
+    users = pd.read_parquet(prepared.paths.eval_users)
+    test_sft = users[(users["split"] == "test") & (users["model"] == "sft")]
+    assert test_sft["ndcg@10"].mean() == pytest.approx(report["test"]["sft"]["ndcg@10"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_sft_learns_the_pattern_popularity_cannot(prepared):
+    """Item i is followed by i+1: a working SFT + constrained decoding finds the next item far
+    more often than the most popular unseen items do (seeded; the margin is large)."""
+    sft(prepared)
+    report = evaluate(prepared).metrics
+    for split_name in ("valid", "test"):
+        rows = report[split_name]
+        assert rows["sft"]["hr@10"] >= 2 * rows["popularity"]["hr@10"], rows
+    protocol = report["protocol"]
+    assert protocol["exclude_seen"] is True and protocol["num_beams"] == 10
+    assert protocol["users"]["test"] == N_USERS and 0 < protocol["users"]["valid"] < N_USERS
+
+
+@pytest.mark.slow
+def test_the_gate_rescores_the_champion_on_todays_users(prepared, monkeypatch):
+    """A worse challenger on the same data is never promoted; a champion whose stored number
+    came from easier data loses to a challenger that is better on today's data."""
+    import mlflow
+
+    from sidrec.registry import CHAMPION, TAG_GATE_VALUE, client
+    from tasks.register import register
+
+    name = "sidrec-gate-rescoring"
+    settings = _settings(prepared.paths.data_dir.parent, register={"model_name": name})
+    sft(settings)
+    trained = settings.paths.sft_model.parent / "trained"
+    shutil.copytree(settings.paths.sft_model, trained)
+    evaluate(settings)
+    assert register(settings).metrics["promoted"]  # v1: the trained model, first champion
+
+    # a random model of the same tokenizer: worse on the gate users → not promoted
+    model, _ = load_model_dir(trained)
+    torch.manual_seed(0)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    model.save_pretrained(settings.paths.sft_model)
+    evaluate(settings)
+    worse = register(settings).metrics
+    assert not worse["promoted"] and worse["diff_high"] < 0, worse
+    registry = client()
+    assert registry.get_registered_model(name).aliases[CHAMPION] == "1"
+
+    # make the random model champion and inflate its stored number (as if registered on
+    # easier data); the trained challenger must win on today's users all the same
+    registry.set_registered_model_alias(name, CHAMPION, worse["version"])
+    registry.set_model_version_tag(name, worse["version"], TAG_GATE_VALUE, "0.99")
+    shutil.rmtree(settings.paths.sft_model)
+    shutil.copytree(trained, settings.paths.sft_model)
+    evaluate(settings)
+    better = register(settings).metrics
+    assert better["promoted"] and better["diff_low"] > 0, better
+    assert better["champion_value"] < better["candidate_value"] < 0.99
+    assert mlflow.MlflowClient().get_registered_model(name).aliases[CHAMPION] == better["version"]
 
 
 @pytest.mark.slow
@@ -195,7 +266,7 @@ def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared):
         prepared.paths.data_dir.parent,
         model={"preset": "smollm2-135m", "lora": {"enabled": True, "r": 4, "alpha": 8}},
         sft={"epochs": 0.1, "batch_size": 8, "eval_rows": 8},
-        evaluate={"max_users": 4, "sasrec_max_epochs": 1},
+        evaluate={"max_users": 4},
     )
     result = sft(settings)
     assert result.metrics["preset"] == "smollm2-135m" and result.metrics["steps"] >= 1

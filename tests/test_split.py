@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 
 from sidrec.config import SplitConfig
 from tasks.ingest import ingest
 from tasks.split import leave_one_out, sliding_window, split
 from tasks.validate import validate
-from tests.conftest import csv_settings, write_csv_dataset
+from tests.conftest import csv_settings, make_settings, write_csv_dataset
 
 
 def _inter(rows: list[tuple[str, str, int]]) -> pd.DataFrame:
@@ -32,13 +37,22 @@ def test_leave_one_out_values():
     assert parts["test"].set_index("user_id").loc["v", "history"] == ["x", "y"]
 
 
-def test_timestamp_ties_are_broken_by_item_id_whatever_the_row_order():
+def test_timestamp_ties_keep_the_source_row_order():
     rows = [("u", "b", 5), ("u", "a", 5), ("u", "c", 1), ("u", "d", 9)]
     one = leave_one_out(_inter(rows), SplitConfig())
-    two = leave_one_out(_inter(rows[::-1]), SplitConfig())
+    assert one["valid"]["target"].tolist() == ["a"] and one["valid"]["history"][0] == ["c", "b"]
+    assert one["test"]["history"][0] == ["c", "b", "a"]
+    two = leave_one_out(_inter(rows[::-1]), SplitConfig())  # a now comes before b in the file
+    assert two["valid"]["target"].tolist() == ["b"] and two["valid"]["history"][0] == ["c", "a"]
+
+
+def test_shuffled_rows_with_distinct_timestamps_give_the_same_split():
+    rows = [(f"u{u}", f"i{(7 * k + u) % 13}", 100 * k + u) for u in range(5) for k in range(6)]
+    df = _inter(rows)
+    one = leave_one_out(df, SplitConfig(max_history=3))
+    two = leave_one_out(df.sample(frac=1.0, random_state=0), SplitConfig(max_history=3))
     for name in ("train", "valid", "test"):
         pd.testing.assert_frame_equal(one[name], two[name])
-    assert one["valid"]["history"][0] == ["c", "a"]  # a before b at the same time
 
 
 def test_sliding_window_is_chronological_8_1_1():
@@ -48,6 +62,14 @@ def test_sliding_window_is_chronological_8_1_1():
     assert sizes == {"train": 16, "valid": 2, "test": 2}  # 20 samples
     assert parts["train"]["timestamp"].max() <= parts["valid"]["timestamp"].min()
     assert parts["valid"]["timestamp"].max() <= parts["test"]["timestamp"].min()
+
+
+def test_sliding_window_ties_across_users_keep_the_source_row_order():
+    rows = [("v", "x", 1), ("u", "a", 1), ("v", "y", 2), ("u", "b", 2)]
+    cfg = SplitConfig(method="sliding_window")  # 2 samples: both in train
+    assert sliding_window(_inter(rows), cfg)["train"]["target"].tolist() == ["y", "b"]
+    swapped = rows[1::-1] + rows[:1:-1]  # u's rows first at each time
+    assert sliding_window(_inter(swapped), cfg)["train"]["target"].tolist() == ["b", "y"]
 
 
 def test_split_stage_writes_parquet_with_schema(project):
@@ -64,3 +86,60 @@ def test_split_stage_writes_parquet_with_schema(project):
     test = pd.read_parquet(settings.paths.split("test"))
     assert test.columns.tolist() == ["user_id", "history", "target", "timestamp"]
     assert sorted(test["target"]) == ["d", "d", "d"]
+
+
+def test_csv_ties_follow_the_file_through_ingest_and_validate(project):
+    # u1 rates d then c in the same second (against id order); u9 is dropped by validate
+    t = 1_600_000_000
+    rows = [("u1", "a", t), ("u9", "a", t + 1), ("u1", "b", t + 2), ("u1", "d", t + 3)]
+    rows.append(("u1", "c", t + 3))
+    lines = ["user_id,item_id,timestamp", *(",".join(map(str, r)) for r in rows)]
+    inter, items = write_csv_dataset(project / "src", interactions="\n".join(lines) + "\n")
+    settings = csv_settings(project, inter, items)
+    ingest(settings)
+    validate(settings)
+    split(settings)
+    test = pd.read_parquet(settings.paths.split("test"))
+    assert test["user_id"].tolist() == ["u1"]
+    assert test["target"].tolist() == ["c"] and test["history"][0].tolist() == ["a", "b", "d"]
+
+
+RECBOLE_HEADER = ["user_id:token", "item_id:token", "rating:float", "timestamp:float"]
+
+
+def recbole_sequences(raw: pd.DataFrame) -> dict[str, list[str]]:
+    """Each user's items as RecBole orders them for leave-one-out: a stable sort of the file
+    by timestamp (``Interaction.sort``), then per user in that order (``_grouped_index``) —
+    the same as a stable sort by (user, timestamp)."""
+    order = np.argsort(raw["timestamp"].to_numpy(), kind="stable")
+    sequences: dict[str, list[str]] = defaultdict(list)
+    for user, item in zip(
+        raw["user_id"].to_numpy()[order], raw["item_id"].to_numpy()[order], strict=True
+    ):
+        sequences[user].append(item)
+    return sequences
+
+
+def test_movielens_100k_leave_one_out_equals_recboles(project):
+    """Valid and test targets are RecBole's, so our numbers compare with published ones."""
+    folder = metadata.distribution("recbole").locate_file("recbole/dataset_example/ml-100k")
+    raw = pd.read_csv(Path(str(folder)) / "ml-100k.inter", sep="\t", dtype=str)
+    assert raw.columns.tolist() == RECBOLE_HEADER
+    raw.columns = ["user_id", "item_id", "rating", "timestamp"]
+    raw["timestamp"] = raw["timestamp"].astype(float)
+    expected = recbole_sequences(raw)
+    last = raw["timestamp"] == raw.groupby("user_id")["timestamp"].transform("max")
+    tied = raw[last].groupby("user_id").size().gt(1).sum()
+    assert len(expected) == 943 and tied == 415  # ties at the end: the tie rule matters
+
+    settings = make_settings(project, ingest={"source": "movielens-100k", "min_rating": None})
+    ingest(settings)
+    validate(settings)
+    split(settings)
+    h = settings.split.max_history
+    for name, back in (("valid", 2), ("test", 1)):
+        got = pd.read_parquet(settings.paths.split(name)).set_index("user_id")
+        assert len(got) == 943
+        assert got["target"].to_dict() == {u: s[-back] for u, s in expected.items()}
+        histories = {u: list(hist) for u, hist in got["history"].items()}
+        assert histories == {u: s[max(0, len(s) - back - h) : -back] for u, s in expected.items()}

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from models.lm import load_model_dir
+from sidrec.registry import champion_label
+from tasks.evaluate import evaluate
 from tasks.register import register
-from tasks.sft import champion_label, champion_start, sft
+from tasks.sft import champion_start, sft
 from tests.test_sft_evaluate import _settings, prepared  # noqa: F401  (fixture)
-from tests.tiny_recommender import tiny_settings, write_eval, write_project
+from tests.tiny_recommender import evaluate_project, tiny_settings, write_project
 
 
 def test_without_a_champion_sft_starts_fresh(project, tmp_path):
@@ -24,7 +26,7 @@ def test_the_champions_model_folder_is_the_starting_point(project, tmp_path):
     name = f"warm-{uuid.uuid4().hex[:8]}"
     settings = tiny_settings(project, register={"model_name": name})
     write_project(settings)
-    write_eval(settings, sft={"hr@10": 0.3, "ndcg@10": 0.1})
+    evaluate_project(settings)
     register(settings)
     assert champion_label(settings) == f"{name}@champion (v1)"
 
@@ -43,7 +45,7 @@ def test_sft_continues_from_the_champion(prepared):  # noqa: F811
     root = prepared.paths.data_dir.parent
     settings = _settings(root, register={"model_name": name})
     sft(settings)
-    write_eval(settings, sft={"hr@10": 0.3, "ndcg@10": 0.1})
+    evaluate(settings)
     register(settings)  # the first SFT model becomes the champion
     warm = _settings(root, register={"model_name": name}, sft={"warm_start": "champion"})
     result = sft(warm)

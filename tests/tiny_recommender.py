@@ -4,7 +4,6 @@ model and ``sidrec recommend`` read. (Random weights: tests assert structure, no
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,17 @@ TITLES = {
     i: f"Film number {n} about {['space', 'love', 'war'][n % 3]}" for n, i in enumerate(ITEM_IDS)
 }
 SID_MAP = {i: [n // CODES, n % CODES] for n, i in enumerate(ITEM_IDS)}
-USERS = {"u1": ["i0", "i1", "i2", "i3"], "u2": ["i5", "i4"], "u3": ["i7", "i8", "i9", "i10", "i11"]}
+USERS = {
+    "u1": ["i0", "i1", "i2", "i3"],
+    "u2": ["i5", "i4"],
+    "u3": ["i7", "i8", "i9", "i10", "i11"],
+    "u4": ["i2", "i3", "i4", "i5"],
+    "u5": ["i6", "i7", "i8"],
+    "u6": ["i0", "i2", "i4", "i6"],
+    "u7": ["i1", "i3", "i5", "i7", "i9"],
+    "u8": ["i11", "i10", "i9", "i8"],
+}
+"""Interactions in time order; u1, u4, u5, u7 and u8 are in the validation gate half."""
 
 
 def tiny_overrides(**sections: dict[str, Any]) -> list[str]:
@@ -31,7 +40,9 @@ def tiny_overrides(**sections: dict[str, Any]) -> list[str]:
         "model": {"max_length": 64},
         "split": {"max_history": 3},
         "grpo": {"enabled": False},
-        "register": {"top_k": 5, "num_beams": 5},
+        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "bootstrap_resamples": 200},
+        "sasrec": {"max_epochs": 2},
+        "register": {"top_k": 5},
     }
     for name, values in sections.items():
         base[name] = {**base.get(name, {}), **values}
@@ -91,11 +102,13 @@ def write_project(settings: Settings, *, grpo_model: bool = False) -> None:
         save_tiny_model(paths.grpo_model, seed=1)
 
 
-def write_eval(settings: Settings, **rows: dict[str, float]) -> None:
-    """``metrics/eval.json`` with the given model rows (``sft={"ndcg@10": 0.1}``) on both splits."""
-    report: dict[str, Any] = {"dataset": settings.project.dataset, "ks": [1, 5, 10]}
-    for split in ("valid", "test"):
-        report[split] = {"popularity": {"hr@10": 0.01, "ndcg@10": 0.005}, **rows}
-    path = settings.paths.metrics("eval")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report))
+def evaluate_project(settings: Settings) -> dict[str, Any]:
+    """split → baselines → evaluate on the tiny project: a real ``metrics/eval.json`` with
+    per-user scores and fingerprints of today's files. Returns the report."""
+    from tasks.baselines import baselines
+    from tasks.evaluate import evaluate
+    from tasks.split import split
+
+    split(settings)
+    baselines(settings)
+    return evaluate(settings).metrics

@@ -12,18 +12,27 @@ embedding. Two deliberate departures from the paper, both common in later work:
   sequence is rebuilt from them (:func:`models.baselines.train_sequences`) and cut into
   windows of ``max_len`` transitions, newest first; every position of a window predicts
   its next item. Evaluation feeds each valid/test row's history exactly as the split file
-  gives it (the same input every model of this project sees).
+  gives it (the same input every model of this project sees). The baselines stage sets
+  ``max_len`` to ``split.max_history`` by default, so training windows are as long as the
+  histories the model is fed.
+
+A trained model is saved as a folder (:func:`save_sasrec`: ``model.pt`` + ``config.json``)
+and loaded back, checked against the current catalog, with :func:`load_sasrec`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import logging
 import math
+import pickle
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -133,6 +142,9 @@ class SASRec(nn.Module):
         nn.init.normal_(self.pos_emb.weight, std=d**-0.5)
         with torch.no_grad():
             self.item_emb.weight[0].zero_()
+        self.best_epoch: int | None = None
+        """The training epoch these weights come from (set by :func:`train_sasrec`, kept by
+        :func:`save_sasrec`); None for an untrained model."""
 
     @property
     def n_items(self) -> int:
@@ -202,26 +214,28 @@ def recommend(
     histories: Sequence[Sequence[Any]],
     k: int,
     *,
-    exclude_history: bool = False,
+    exclude: Sequence[Sequence[Any]] | None = None,
     batch_size: int = 512,
 ) -> np.ndarray:
     """(n, k) int64 top-k item indices over the full catalog for each history.
 
     ``histories`` hold item_id strings or item indices, oldest first; only the last
-    ``max_len`` items are read. ``exclude_history`` drops a row's own history items from
-    its ranking (off by default: re-consumption is a valid next item in general).
+    ``max_len`` items are read. ``exclude`` (item ids or indices per row, e.g. everything the
+    user has seen) drops items from that row's ranking; rows left with fewer than k items
+    end in -1. Nothing is excluded by default: re-consumption is a valid next item in general.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     encoded = encode_histories(histories, model.index, "histories")
+    banned = None if exclude is None else encode_histories(exclude, model.index, "exclusions")
     device = next(model.parameters()).device
     out = [np.empty((0, k), dtype=np.int64)]
     with model.inference():
         for start in range(0, len(encoded), batch_size):
             batch = encoded[start : start + batch_size]
             hidden = model(_pad_left(batch, model.config.max_len).to(device))[:, -1]
-            exclude = batch if exclude_history else None
-            out.append(topk_from_scores(model.scores(hidden), k, exclude=exclude))
+            rows = None if banned is None else banned[start : start + batch_size]
+            out.append(topk_from_scores(model.scores(hidden), k, exclude=rows))
     return np.concatenate(out)
 
 
@@ -245,6 +259,8 @@ class SASRecTrainResult(NamedTuple):
     best_valid_ndcg10: float
     history: list[dict[str, float]]
     """One record per evaluation: epoch, mean training loss, and every validation hr@K / ndcg@K."""
+    windows: int
+    """Training windows (of at most ``max_len`` transitions) the train split was cut into."""
 
 
 def _windows(sequences: list[list[int]], max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -341,6 +357,7 @@ def train_sasrec(
         elif epoch - best["epoch"] >= config.patience:
             break
     model.load_state_dict(best_state)
+    model.best_epoch = int(best["epoch"])
     model.eval()
     logger.info(
         "SASRec: %d windows from %d sequences; best epoch %d of %d run, valid NDCG@10 %.4f",
@@ -350,4 +367,83 @@ def train_sasrec(
         int(history[-1]["epoch"]),
         best["ndcg@10"],
     )
-    return SASRecTrainResult(model, int(best["epoch"]), best["ndcg@10"], history)
+    return SASRecTrainResult(model, int(best["epoch"]), best["ndcg@10"], history, len(inputs))
+
+
+# --- saving and loading
+
+WEIGHTS_FILE = "model.pt"
+CONFIG_FILE = "config.json"
+
+
+def save_sasrec(model: SASRec, folder: Path) -> None:
+    """Write ``model`` into ``folder`` (created if needed): ``model.pt`` holds its state_dict,
+    ``config.json`` its :class:`SASRecConfig` fields, catalog (item_ids in index order) and
+    best epoch. Callers that need the folder replaced atomically write into a staging folder
+    (``sidrec.io.AtomicOutputs.folder``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save(state, folder / WEIGHTS_FILE)
+    record = {
+        "config": dataclasses.asdict(model.config),
+        "best_epoch": model.best_epoch,
+        "item_ids": model.item_ids,
+    }
+    (folder / CONFIG_FILE).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def load_sasrec(folder: Path, *, item_ids: Sequence[str], device: str = "cpu") -> SASRec:
+    """The model :func:`save_sasrec` wrote into ``folder``, in eval mode on ``device``.
+
+    Raises ``ValueError`` naming ``folder`` when it is missing or unreadable, or when the model
+    was trained on another catalog than ``item_ids`` (its item rows would score the wrong items).
+    """
+    weights, config_file = folder / WEIGHTS_FILE, folder / CONFIG_FILE
+    missing = [p.name for p in (weights, config_file) if not p.is_file()]
+    if missing:
+        raise ValueError(f"{folder}: no trained SASRec model ({', '.join(missing)} not found)")
+    try:
+        record = json.loads(config_file.read_text())
+        config = dataclasses.replace(SASRecConfig(**record["config"]), device=device)
+        saved_ids = [str(i) for i in record["item_ids"]]
+        best_epoch = record.get("best_epoch")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{config_file}: not a SASRec config ({type(exc).__name__}: {exc})"
+        ) from None
+    _check_same_catalog(folder, saved_ids, [str(i) for i in item_ids])
+    model = SASRec(item_ids=saved_ids, config=config)
+    try:
+        state = torch.load(weights, map_location=device, weights_only=True)
+        model.load_state_dict(state)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{weights}: cannot load the SASRec weights ({reason})") from None
+    model.best_epoch = None if best_epoch is None else int(best_epoch)
+    return model.to(device).eval()
+
+
+def _check_same_catalog(folder: Path, saved: list[str], current: list[str]) -> None:
+    if saved == current:
+        return
+    row = next((i for i, (a, b) in enumerate(zip(saved, current, strict=False)) if a != b), None)
+    where = (
+        f"row {row} holds {saved[row]!r} there, {current[row]!r} now"
+        if row is not None
+        else "one catalog extends the other"
+    )
+    raise ValueError(
+        f"{folder}: the SASRec model was trained on another catalog ({len(saved)} items there, "
+        f"{len(current)} now; {where})"
+    )
+
+
+def load_baseline(folder: Path, *, item_ids: Sequence[str]) -> SASRec:
+    """:func:`load_sasrec` for the stages that read the ``baselines`` stage's model: a missing
+    or stale model becomes an :class:`~sidrec.errors.InputError` saying which command writes it."""
+    from sidrec.errors import InputError
+
+    try:
+        return load_sasrec(folder, item_ids=item_ids)
+    except ValueError as exc:
+        raise InputError(f"{exc}; run `sidrec baselines` to train it on the current data") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,7 +16,9 @@ from models.baselines.sasrec import (
     SASRecConfig,
     SASRecTrainResult,
     evaluate_sasrec,
+    load_sasrec,
     recommend,
+    save_sasrec,
     train_sasrec,
 )
 
@@ -166,11 +170,15 @@ def test_recommend_returns_distinct_catalog_items(
     assert np.array_equal(recommend(trained.model, as_indices, 10), top)
 
 
-def test_recommend_can_exclude_history_items(trained: SASRecTrainResult) -> None:
+def test_recommend_excludes_the_given_items_per_row(trained: SASRecTrainResult) -> None:
     histories = [["i1", "i2", "i3"], ["i7"]]
-    top = recommend(trained.model, histories, N_ITEMS, exclude_history=True)
-    assert set(top[0, :-3].tolist()).isdisjoint({1, 2, 3}) and top[0, -3:].tolist() == [-1] * 3
-    assert 7 not in top[1].tolist()
+    seen = [["i1", "i2", "i3", "i9"], ["i7"]]  # the whole seen set, beyond the history window
+    top = recommend(trained.model, histories, N_ITEMS, exclude=seen)
+    assert set(top[0, :-4].tolist()).isdisjoint({1, 2, 3, 9}) and top[0, -4:].tolist() == [-1] * 4
+    assert 7 not in top[1].tolist() and (top[1, :-1] >= 0).all()
+    # exclusion removes items only: the others keep their order
+    plain = recommend(trained.model, histories, N_ITEMS)
+    assert top[0, :-4].tolist() == [i for i in plain[0].tolist() if i not in {1, 2, 3, 9}]
 
 
 def test_left_padding_does_not_change_a_rows_scores(trained: SASRecTrainResult) -> None:
@@ -205,3 +213,45 @@ def test_train_sasrec_rejects_bad_input(splits: dict[str, pd.DataFrame]) -> None
 def test_sasrec_config_rejects_bad_values(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         tiny_config(**overrides)
+
+
+# --- saving and loading
+
+
+def test_saved_sasrec_loads_back_and_recommends_identically(
+    trained: SASRecTrainResult, splits: dict[str, pd.DataFrame], tmp_path: Path
+) -> None:
+    save_sasrec(trained.model, tmp_path / "sasrec")
+    assert sorted(p.name for p in (tmp_path / "sasrec").iterdir()) == ["config.json", "model.pt"]
+    loaded = load_sasrec(tmp_path / "sasrec", item_ids=ITEMS)
+    assert loaded.config == trained.model.config and loaded.item_ids == ITEMS
+    assert loaded.best_epoch == trained.best_epoch and not loaded.training
+    original = trained.model.state_dict()
+    assert all(torch.equal(v, original[k]) for k, v in loaded.state_dict().items())
+    histories = list(splits["test"]["history"])
+    assert np.array_equal(
+        recommend(loaded, histories, N_ITEMS), recommend(trained.model, histories, N_ITEMS)
+    )
+    save_sasrec(loaded, tmp_path / "again")  # the same model saves to the same bytes
+    for name in ("config.json", "model.pt"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "sasrec" / name).read_bytes()
+
+
+def test_load_sasrec_names_the_folder_and_what_is_wrong(
+    trained: SASRecTrainResult, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sasrec"
+    with pytest.raises(ValueError, match=r"sasrec: no trained SASRec model \(model.pt, config"):
+        load_sasrec(folder, item_ids=ITEMS)
+    save_sasrec(trained.model, folder)
+    with pytest.raises(
+        ValueError, match=r"sasrec: the SASRec model was trained on another catalog"
+    ):
+        load_sasrec(folder, item_ids=[*ITEMS, "i20"])
+    with pytest.raises(
+        ValueError, match=r"20 items there, 20 now; row 0 holds 'i0' there, 'i1' now"
+    ):
+        load_sasrec(folder, item_ids=[ITEMS[1], ITEMS[0], *ITEMS[2:]])
+    (folder / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"model.pt: cannot load the SASRec weights"):
+        load_sasrec(folder, item_ids=ITEMS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -13,8 +14,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LogitsProcessorList, PreTrainedTokenizerFast
 
-from models.constrained import SidConstrainedLogitsProcessor, SidTrie, generate_sids
+from models.constrained import SidConstrainedLogitsProcessor, generate_sids, rank_items
 from models.sid import level_token, sid_string, sid_tokens
+from models.sid_trie import SidTrie
 
 L_MAX, K_MAX = 4, 16
 WORDS = ["<pad>", "<eos>", "<unk>", "user", "watched", "then", "liked", "Answer:"]
@@ -167,6 +169,47 @@ def test_inplace_overwrites_scores_and_copy_leaves_them():
     assert torch.equal(scores, before) and copied.data_ptr() != scores.data_ptr()
     out = SidConstrainedLogitsProcessor(trie=TRIE, eos_token_id=EOS)(ids, scores)
     assert out.data_ptr() == scores.data_ptr() and torch.equal(out, copied)
+
+
+def test_banned_branches_are_skipped_per_prompt():
+    """Rows are batch × beams in order; each row sees only its own prompt's bans."""
+    banned_items = torch.tensor(
+        [
+            [True, True, False, False],  # prompt 0: both items under 100-101
+            [False, False, False, True],  # prompt 1: the only item under 105
+            [True, True, True, True],  # prompt 2: everything
+        ]
+    )
+    processor = SidConstrainedLogitsProcessor(
+        trie=TRIE, eos_token_id=EOS, banned_nodes=TRIE.banned_nodes(banned_items)
+    )
+    rows = [
+        [0, 0, 7],  # prompt 0, beam 0: root
+        [0, 7, 100],  # prompt 0, beam 1: 100-101 is banned, 100-104 is not
+        [7, 100, 101],  # prompt 1, beam 0: nothing banned below
+        [0, 0, 7],  # prompt 1, beam 1: 105 is banned
+        [0, 0, 7],  # prompt 2, beam 0: the root is banned: EOS only
+        [7, 100, 101],  # prompt 2, beam 1: inside a banned node: EOS only
+    ]
+    scores = torch.randn(len(rows), 110)
+    out = processor(torch.tensor(rows), scores.clone())
+    expected = [[100, 105], [104], [102, 103], [100], [EOS], [EOS]]
+    assert finite_columns(out) == expected
+    for row, cols in enumerate(expected):
+        assert torch.equal(out[row, cols], scores[row, cols])
+    # stateless: the same call again, and the same prompts with 1 beam per prompt
+    assert torch.equal(processor(torch.tensor(rows), scores.clone()), out)
+    single = processor(torch.tensor(rows[::2]), scores[::2].clone())
+    assert finite_columns(single) == [[100, 105], [102, 103], [EOS]]
+    with pytest.raises(ValueError, match="5 score rows are not num_beams rows for 3 prompts"):
+        processor(torch.tensor(rows[:5]), scores[:5].clone())
+
+
+def test_banned_nodes_must_come_from_the_trie():
+    with pytest.raises(ValueError, match=r"banned_nodes must be a \(batch, 11\) bool tensor"):
+        SidConstrainedLogitsProcessor(
+            trie=TRIE, eos_token_id=EOS, banned_nodes=torch.zeros(2, 12, dtype=torch.bool)
+        )
 
 
 sid_maps = st.integers(1, L_MAX).flatmap(
@@ -341,7 +384,7 @@ def test_long_prompts_are_truncated_on_the_left(model, tokenizer, caplog):
 
 def test_generate_rejects_bad_requests(model, tokenizer):
     trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
-    kwargs = dict(num_beams=4, top_k=2, max_prompt_tokens=16)
+    kwargs: dict[str, Any] = dict(num_beams=4, top_k=2, max_prompt_tokens=16)
     with pytest.raises(ValueError, match="ends with a SID token"):
         generate_sids(model, tokenizer, ["user <a_1><b_2>"], trie, **kwargs)
     with pytest.raises(ValueError, match="exceeds the catalog size"):
@@ -357,3 +400,112 @@ def test_generate_rejects_bad_requests(model, tokenizer):
     )
     with pytest.raises(ValueError, match="left-padded"):
         generate_sids(model, tokenizer, encoded, trie, **kwargs)
+
+
+# --- excluding items -----------------------------------------------------------------------
+
+EXCLUSION_MAP = {f"i{k}": [k % 3, k // 3, (k * 7) % 5] for k in range(12)}
+EVERYTHING = list(range(12))
+
+
+def test_excluded_items_never_come_back_and_other_prompts_are_unaffected(model, tokenizer):
+    """With num_beams = n_items the search is exhaustive: each prompt gets exactly its allowed
+    items in the exact order, -1 / -inf after them."""
+    trie = SidTrie.from_sid_map(EXCLUSION_MAP, tokenizer)
+    prompts = ["user watched Answer:", "liked Answer:", "then liked Answer:", "user Answer:"]
+    exclude = [
+        [k for k in EVERYTHING if k % 3 == 0],  # the whole <a_0> branch
+        [],
+        [k for k in EVERYTHING if k not in (2, 7, 11)],  # 3 allowed items < top_k
+        EVERYTHING,
+    ]
+    kwargs: dict[str, Any] = dict(num_beams=12, top_k=6, max_prompt_tokens=64)
+    out = generate_sids(model, tokenizer, prompts, trie, exclude=exclude, **kwargs)
+    for row, prompt in enumerate(prompts):
+        exact = teacher_forced_scores(
+            model, ids_of(tokenizer, prompt), trie, tokenizer.eos_token_id
+        )
+        ranked = [k for k in exact.argsort(descending=True).tolist() if k not in exclude[row]]
+        n = min(6, len(ranked))
+        assert out.items[row].tolist() == ranked[:n] + [-1] * (6 - n)
+        assert torch.allclose(out.scores[row, :n], exact[ranked[:n]], atol=1e-4)
+        assert out.scores[row, n:].isneginf().all()
+    assert sorted(out.items[2, :3].tolist()) == [2, 7, 11]
+    assert out.items[3].tolist() == [-1] * 6
+    # the prompt without exclusions: as without any, in this batch and alone
+    plain = generate_sids(model, tokenizer, prompts, trie, **kwargs)
+    assert torch.equal(out.items[1], plain.items[1]) and torch.equal(out.scores[1], plain.scores[1])
+    alone = generate_sids(model, tokenizer, [prompts[1]], trie, **kwargs)
+    assert torch.equal(out.items[1], alone.items[0])
+
+
+def test_greedy_skips_excluded_items(model, tokenizer):
+    trie = SidTrie.from_sid_map(EXCLUSION_MAP, tokenizer)
+    prompt = "user watched then Answer:"
+    kwargs: dict[str, Any] = dict(num_beams=1, top_k=1, max_prompt_tokens=64)
+    first = int(generate_sids(model, tokenizer, [prompt], trie, **kwargs).items[0, 0])
+    out = generate_sids(model, tokenizer, [prompt], trie, exclude=[[first]], **kwargs)
+    second = int(out.items[0, 0])
+    assert second not in (first, -1)
+    exact = teacher_forced_scores(model, ids_of(tokenizer, prompt), trie, tokenizer.eos_token_id)
+    assert math.isclose(float(out.scores[0, 0]), float(exact[second]), abs_tol=1e-4)
+    nothing = generate_sids(model, tokenizer, [prompt], trie, exclude=[EVERYTHING], **kwargs)
+    assert nothing.items.tolist() == [[-1]] and nothing.scores.isneginf().all()
+
+
+@settings(max_examples=15, deadline=None, database=None)
+@given(sids=sid_maps, data=st.data())
+def test_excluded_generation_returns_every_allowed_item_it_can(model, tokenizer, sids, data):
+    """min(top_k, allowed) distinct allowed items first, then -1 / -inf — however few items
+    are allowed, and with more beams than allowed items."""
+    trie = SidTrie.from_sid_map({f"i{k}": list(codes) for k, codes in enumerate(sids)}, tokenizer)
+    num_beams = data.draw(st.integers(1, 20), label="num_beams")
+    top_k = data.draw(st.integers(1, min(num_beams, len(sids))), label="top_k")
+    batch = data.draw(st.integers(1, 4), label="batch")
+    rows = st.integers(0, len(sids) - 1)
+    exclude = [
+        data.draw(st.lists(rows, max_size=len(sids) + 2), label="exclude") for _ in range(batch)
+    ]
+    history = st.sampled_from(["user", "watched", "then", "liked"])
+    prompts = [
+        " ".join(data.draw(st.lists(history, max_size=4))) + " Answer:" for _ in range(batch)
+    ]
+    out = generate_sids(
+        model,
+        tokenizer,
+        prompts,
+        trie,
+        num_beams=num_beams,
+        top_k=top_k,
+        max_prompt_tokens=64,
+        exclude=exclude,
+    )
+    assert out.items.shape == out.scores.shape == (batch, top_k)
+    for items, banned in zip(out.items.tolist(), exclude, strict=True):
+        valid = [i for i in items if i >= 0]
+        assert len(valid) == min(top_k, len(sids) - len(set(banned)))
+        assert items == valid + [-1] * (top_k - len(valid))
+        assert len(set(valid)) == len(valid) and not set(valid) & set(banned)
+    assert torch.equal(out.items >= 0, out.scores.isfinite())
+
+
+def test_rank_items_gives_each_batch_its_exclusions(model, tokenizer):
+    trie = SidTrie.from_sid_map(EXCLUSION_MAP, tokenizer)
+    prompts = ["user Answer:", "liked Answer:", "then Answer:"]  # same length: no padding
+    exclude = [[0, 1, 2], [], [5]]
+    kwargs: dict[str, Any] = dict(num_beams=4, top_k=3, max_prompt_tokens=64)
+    ranked = rank_items(model, tokenizer, prompts, trie, batch_size=2, exclude=exclude, **kwargs)
+    for row, prompt in enumerate(prompts):
+        alone = generate_sids(model, tokenizer, [prompt], trie, exclude=[exclude[row]], **kwargs)
+        assert ranked[row].tolist() == alone.items[0].tolist()
+    with pytest.raises(ValueError, match="exclude has 1 lists for 3 prompts"):
+        rank_items(model, tokenizer, prompts, trie, batch_size=2, exclude=[[]], **kwargs)
+
+
+def test_exclusions_must_be_trie_rows_one_list_per_prompt(model, tokenizer):
+    trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
+    kwargs: dict[str, Any] = dict(num_beams=4, top_k=2, max_prompt_tokens=16)
+    with pytest.raises(ValueError, match=r"one list of item rows per prompt \(2 prompts\)"):
+        generate_sids(model, tokenizer, ["Answer:", "user Answer:"], trie, exclude=[[0]], **kwargs)
+    with pytest.raises(ValueError, match=r"outside 0\.\.3; pass trie rows"):
+        generate_sids(model, tokenizer, ["Answer:"], trie, exclude=[[4]], **kwargs)

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from models.metrics import rank_metrics, topk_from_scores
+from models.metrics import (
+    catalog_coverage,
+    per_row_metrics,
+    popularity_percentile,
+    popularity_percentiles,
+    rank_metrics,
+    topk_from_scores,
+)
 
 
 def test_hand_made_ranking_gives_exact_hr_and_ndcg() -> None:
@@ -20,6 +27,30 @@ def test_hand_made_ranking_gives_exact_hr_and_ndcg() -> None:
     assert m["ndcg@2"] == pytest.approx((1 / math.log2(3)) / 3)
     assert m["hr@3"] == pytest.approx(2 / 3)
     assert m["ndcg@3"] == pytest.approx((1 / math.log2(3) + 1 / math.log2(4)) / 3)
+
+
+def test_per_row_metrics_are_exact_per_user_values() -> None:
+    topk = np.array([[3, 1, 2], [0, 5, 4], [7, 8, 9], [6, -1, -1]])
+    targets = np.array([1, 4, 6, 6])  # ranks 1, 2, a miss, 0
+    m = per_row_metrics(topk, targets, ks=(1, 3))
+    assert list(m) == ["hr@1", "ndcg@1", "hr@3", "ndcg@3"]
+    assert all(v.dtype == np.float64 and v.shape == (4,) for v in m.values())
+    assert m["hr@1"].tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert m["ndcg@1"].tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert m["hr@3"].tolist() == [1.0, 1.0, 0.0, 1.0]
+    np.testing.assert_allclose(m["ndcg@3"], [1 / math.log2(3), 0.5, 0.0, 1.0])
+
+
+def test_rank_metrics_is_the_mean_of_per_row_metrics() -> None:
+    rng = np.random.default_rng(0)
+    topk = np.stack([rng.permutation(50)[:20] for _ in range(200)])
+    topk[rng.random(topk.shape) < 0.1] = -1
+    targets = rng.integers(0, 50, size=200)
+    per_row = per_row_metrics(topk, targets)
+    means = rank_metrics(topk, targets)
+    assert list(means) == list(per_row)
+    assert 0.0 < means["hr@20"] < 1.0
+    assert means == {name: float(v.mean()) for name, v in per_row.items()}
 
 
 def test_hit_at_first_position_scores_one_and_default_keys() -> None:
@@ -88,3 +119,65 @@ def test_topk_from_scores_bad_inputs_raise(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         topk_from_scores(torch.zeros(1, 3), k, exclude=exclude)
+
+
+def test_catalog_coverage_counts_distinct_items_within_k() -> None:
+    topk = np.array([[0, 1, 5], [1, -1, 4], [1, 0, -1]])
+    assert catalog_coverage(topk, n_items=10, k=2) == pytest.approx(2 / 10)  # items 0, 1
+    assert catalog_coverage(topk, n_items=10, k=3) == pytest.approx(4 / 10)  # + 4, 5
+    assert catalog_coverage(np.full((2, 3), -1), n_items=10, k=3) == 0.0
+
+
+def test_popularity_percentiles_span_0_to_100_and_average_ties() -> None:
+    # sorted: item 3 (0) < items 0, 2 (5, tied ranks 1 and 2) < item 1 (9)
+    np.testing.assert_allclose(popularity_percentiles(np.array([5, 9, 5, 0])), [50, 100, 50, 0])
+    np.testing.assert_allclose(popularity_percentiles(np.array([3, 3, 3])), [50, 50, 50])
+    assert popularity_percentiles(np.array([7])).tolist() == [50.0]
+
+
+def test_popularity_percentile_averages_every_recommendation() -> None:
+    counts = np.array([0, 10, 20, 30, 40])  # percentiles 0, 25, 50, 75, 100
+    topk = np.array([[4, 3, 0], [4, -1, 1]])
+    # top-2 recommendations: 4, 3, 4 (the -1 is ignored)
+    assert popularity_percentile(topk, counts, k=2) == pytest.approx((100 + 75 + 100) / 3)
+    assert popularity_percentile(topk, counts, k=3) == pytest.approx((100 + 75 + 0 + 100 + 25) / 5)
+
+
+def test_popularity_percentile_of_no_recommendation_raises() -> None:
+    with pytest.raises(ValueError, match="no item was recommended in any row's top-2"):
+        popularity_percentile(np.array([[-1, -1, 3]]), np.arange(5), k=2)
+
+
+@pytest.mark.parametrize(
+    ("topk", "n_items", "k", "match"),
+    [
+        (np.array([[0, 5]]), 5, 2, r"row 0 holds indices outside the catalog \[0, 5\)"),
+        (np.array([[0, 1]]), 0, 2, "n_items must be a positive int"),
+        (np.array([[0, 1]]), 5, 0, "k must be a positive int"),
+        (np.array([[0, 1]]), 5, 3, "at K=3"),
+        (np.array([[1, 1]]), 5, 2, "row 0 recommends the same item twice"),
+        (np.zeros((0, 2), dtype=int), 5, 2, "empty"),
+    ],
+)
+def test_catalog_metrics_bad_inputs_raise(
+    topk: np.ndarray, n_items: int, k: int, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        catalog_coverage(topk, n_items, k)
+    if n_items > 0:
+        with pytest.raises(ValueError, match=match):
+            popularity_percentile(topk, np.ones(n_items), k)
+
+
+@pytest.mark.parametrize(
+    ("counts", "match"),
+    [
+        (np.array([]), "non-empty 1-D"),
+        (np.ones((2, 2)), "non-empty 1-D"),
+        (np.array([1.0, np.nan]), "finite"),
+        (np.array([1, -1]), "item 1"),
+    ],
+)
+def test_bad_counts_raise(counts: np.ndarray, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        popularity_percentile(np.array([[0]]), counts, k=1)

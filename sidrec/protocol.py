@@ -1,0 +1,86 @@
+"""The evaluation protocol every stage shares: which validation users select checkpoints and
+which decide promotion, which items a user has already seen, and fingerprints that tie a
+metrics file to the data and model it was computed from.
+
+Validation halves. SFT, GRPO and SASRec pick their checkpoints on validation users; the
+promotion gate must not judge on the same users, or the model that overfits the selection
+noise wins. So the validation users are split once into a *selection* half and a *gate*
+half by a hash of the user id: deterministic, independent of file order, and stable when a
+retrain adds users (an existing user never changes half).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from sidrec.io import file_sha256
+
+Half = Literal["selection", "gate"]
+HALF_SALT = "sidrec-validation-half"
+
+
+def gate_user(user_id: str) -> bool:
+    """True when ``user_id`` belongs to the gate half of the validation users."""
+    digest = hashlib.sha256(f"{HALF_SALT}:{user_id}".encode()).digest()
+    return bool(digest[0] & 1)
+
+
+def validation_half(valid: pd.DataFrame, half: Half) -> pd.DataFrame:
+    """The rows of the valid split whose user is in ``half`` (row order kept)."""
+    in_gate = valid["user_id"].astype(str).map(gate_user).to_numpy(dtype=bool)
+    keep = in_gate if half == "gate" else ~in_gate
+    return valid[keep].reset_index(drop=True)
+
+
+def seen_items(
+    train: pd.DataFrame, rows: pd.DataFrame, earlier: Iterable[pd.DataFrame] = ()
+) -> list[list[str]]:
+    """For each row of ``rows``: every item its user had before the row's target.
+
+    That is the user's whole train history (every history item and target of their train
+    rows), the row's own history, and the items of the ``earlier`` splits' rows of that user
+    whose target came no later than this row's (for test rows: the valid target). Sorted,
+    distinct item ids per row.
+    """
+    per_user: dict[str, set[str]] = {}
+    for user, history, target in zip(
+        train["user_id"], train["history"], train["target"], strict=True
+    ):
+        bucket = per_user.setdefault(str(user), set())
+        bucket.update(str(i) for i in history)
+        bucket.add(str(target))
+    later: dict[
+        str, list[tuple[int, set[str]]]
+    ] = {}  # user → (target time, items) of earlier splits
+    for df in earlier:
+        for user, history, target, stamp in zip(
+            df["user_id"], df["history"], df["target"], df["timestamp"], strict=True
+        ):
+            items = {str(i) for i in history} | {str(target)}
+            later.setdefault(str(user), []).append((int(stamp), items))
+    out = []
+    for user, history, stamp in zip(
+        rows["user_id"], rows["history"], rows["timestamp"], strict=True
+    ):
+        seen = set(per_user.get(str(user), ())) | {str(i) for i in history}
+        for when, items in later.get(str(user), ()):
+            if when <= stamp:
+                seen |= items
+        out.append(sorted(seen))
+    return out
+
+
+def fingerprint(files: Iterable[Path]) -> str:
+    """A short content hash of files (a folder counts as all the files inside it)."""
+    digest = hashlib.sha256()
+    for path in files:
+        members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for member in members:
+            digest.update(member.name.encode())
+            digest.update(file_sha256(member).encode())
+    return digest.hexdigest()[:16]
