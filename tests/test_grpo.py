@@ -65,7 +65,8 @@ def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(prepared):  # 
 def test_more_generations_than_items_is_a_config_error_before_training(prepared):  # noqa: F811
     settings = _grpo_settings(prepared, num_generations=N_ITEMS + 1)
     with pytest.raises(
-        ConfigError, match=r"num_generations \(31\) exceeds the catalog \(30 items\)"
+        ConfigError,
+        match=rf"num_generations \({N_ITEMS + 1}\) exceeds the catalog \({N_ITEMS} items\)",
     ):
         grpo(settings)
     assert not settings.paths.grpo_dir.exists()
