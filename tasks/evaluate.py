@@ -120,10 +120,10 @@ def evaluate(settings: Settings) -> StageResult:
             "popularity": popularity_topk(popularity, len(rows), k, exclude),
             "sasrec": recommend(sasrec, histories, k, exclude=exclude),
         }
-        truncated = 0
+        truncated: dict[str, int] = {}
         for model_name, generator in generators.items():
             ranking = generator.rank(histories, k, exclude=exclude, progress=True)
-            topks[model_name], truncated = ranking.items, ranking.truncated
+            topks[model_name], truncated[model_name] = ranking.items, ranking.truncated
         allowed = np.full(len(rows), len(item_ids))
         if exclude is not None:
             allowed -= np.array([sum(i in index for i in e) for e in exclude])
@@ -136,7 +136,7 @@ def evaluate(settings: Settings) -> StageResult:
             frame.insert(0, "split", name)
             per_user.append(frame)
         for model_name in generators:
-            report[name][model_name]["truncated_prompts"] = truncated
+            report[name][model_name]["truncated_prompts"] = truncated[model_name]
         report[f"{name}_rows"] = len(rows)
     users = pd.concat(per_user, ignore_index=True)
     report |= _uncertainty(users, list(generators), cfg.bootstrap_resamples, settings.project.seed)
