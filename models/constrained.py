@@ -21,6 +21,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from models.sid_trie import SidTrie
+from sidrec.progress import ProgressBar
 
 logger = logging.getLogger(__name__)
 
@@ -271,12 +272,10 @@ def rank_items(
     """(len(prompts), top_k) catalog rows by constrained beam search, best first (-1 = invalid
     or, with ``exclude``, missing), ``batch_size`` prompts per ``generate`` call, with a
     progress bar. ``exclude``: item rows to leave out, one list per prompt."""
-    from tqdm.auto import tqdm
-
     if exclude is not None and len(exclude) != len(prompts):
         raise ValueError(f"exclude has {len(exclude)} lists for {len(prompts)} prompts")
     chunks = []
-    for start in tqdm(range(0, len(prompts), batch_size), desc="beam search", leave=False):
+    for start in ProgressBar(range(0, len(prompts), batch_size), desc="beam search", leave=False):
         with torch.no_grad():
             out = generate_sids(
                 model,

@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from models.constrained import generate_sids
 from models.prompts import PromptBuilder
 from models.sid_trie import SidTrie
+from sidrec.progress import ProgressBar
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class SidRecommender:
         banned = None if exclude is None else [self._rows(e) for e in exclude]
         items, scores = [], []
         starts = range(0, len(prompts), self.batch_size)
-        for start in tqdm(starts, desc="beam search", leave=False, disable=not progress):
+        for start in ProgressBar(starts, desc="beam search", leave=False, disable=not progress):
             end = start + self.batch_size
             with torch.no_grad():
                 out = generate_sids(

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from models.checks import require
 from models.kmeans import kmeans
+from sidrec.progress import ProgressBar
 
 logger = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ def train_rqvae(
     history: list[dict[str, Any]] = []
     best: dict[str, Any] | None = None
     best_state: dict[str, Any] = {}
-    bar = tqdm(range(1, config.epochs + 1), desc="rqvae", disable=not progress)
+    bar = ProgressBar(range(1, config.epochs + 1), desc="rqvae", disable=not progress)
     for epoch in bar:
         _train_epoch(model, data, optimizer, generator)
         if epoch % config.eval_every == 0 or epoch == config.epochs:

@@ -40,7 +40,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from models.baselines import (
     catalog_index,
@@ -51,6 +50,7 @@ from models.baselines import (
 )
 from models.checks import require
 from models.metrics import DEFAULT_KS, rank_metrics, topk_from_scores
+from sidrec.progress import ProgressBar
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ def train_sasrec(
     history: list[dict[str, float]] = []
     best: dict[str, float] = {"epoch": 0, "ndcg@10": -1.0}
     best_state: dict[str, Any] = {}
-    bar = tqdm(range(1, config.max_epochs + 1), desc="sasrec", disable=not progress)
+    bar = ProgressBar(range(1, config.max_epochs + 1), desc="sasrec", disable=not progress)
     for epoch in bar:
         loss = _train_epoch(model, inputs, targets, optimizer, generator)
         if epoch % config.eval_every and epoch != config.max_epochs:

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from sidrec.config import AmazonConfig
 from sidrec.errors import InputError
+from sidrec.progress import ProgressBar
 from sidrec.sources.common import SourceTables, finish, normalize_ids
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def read_reviews(path: Path) -> tuple[pd.DataFrame, str]:
     rows: list[tuple[Any, Any, Any, Any]] = []
     version = ""
     fields: tuple[str, str, str, str, int] = REVIEW_FIELDS["2018"]
-    for record in tqdm(
+    for record in ProgressBar(
         iter_json_lines(path, "reviews"), desc="reviews", unit=" lines", leave=False
     ):
         if not version:
@@ -146,7 +146,7 @@ def _text(value: Any) -> str:
 def read_meta(path: Path, version: str) -> pd.DataFrame:
     names = META_FIELDS[version]
     rows = []
-    for record in tqdm(
+    for record in ProgressBar(
         iter_json_lines(path, "metadata"), desc="metadata", unit=" lines", leave=False
     ):
         item = record.get(names["item_id"])
