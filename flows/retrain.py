@@ -7,13 +7,14 @@ from typing import Literal
 
 from prefect import flow, get_run_logger
 
-from flows.common import run_stage, save_run_config
+from flows.common import run_steps
 from flows.data import prepare_data
 from flows.dispatch import run_training
 from flows.sids import build_sids
-from sidrec.config import Settings, load_settings
-from sidrec.stage import STAGES, Stage, StageResult
+from sidrec.config import Settings, load_settings, save_run_config
+from sidrec.stage import STAGES, Stage, StageResult, reaches
 from sidrec.tracking import pipeline_run
+from tasks.register import register_task
 
 
 @flow(name="retrain")
@@ -53,22 +54,11 @@ def retrain(
 def _run_stages(
     settings: Settings, config_path: str, overrides: list[str] | None, until: Stage
 ) -> dict[str, StageResult]:
-    results = prepare_data(settings, until=_clip(until, "split"))
-    if _reaches(until, "embed"):
-        results |= build_sids(settings, until=_clip(until, "sids"))
-    if _reaches(until, "baselines"):
-        results |= run_training(settings, config_path, overrides, _clip(until, "evaluate"))
-    if _reaches(until, "register") and settings.register_.enabled:
-        from tasks.register import register_task
-
-        results["register"] = run_stage(register_task, settings)
+    results = prepare_data(settings, until=until)
+    if reaches(until, "embed"):
+        results |= build_sids(settings, until=until)
+    if reaches(until, "baselines"):
+        results |= run_training(settings, config_path, overrides, until)
+    if reaches(until, "register"):  # the stage itself honours register.enabled
+        results |= run_steps([register_task], settings, until)
     return results
-
-
-def _reaches(until: Stage, stage: Stage) -> bool:
-    return STAGES.index(until) >= STAGES.index(stage)
-
-
-def _clip(until: Stage, last: Stage) -> Stage:
-    """``until``, or ``last`` when ``until`` lies beyond this flow's stages."""
-    return until if STAGES.index(until) <= STAGES.index(last) else last

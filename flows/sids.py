@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.common import run_stage
+from flows.common import run_steps
 from sidrec.config import Settings
-from sidrec.stage import StageResult
+from sidrec.stage import Stage, StageResult
 from tasks.embed import embed_task
 from tasks.sids import sids_task
 
 
 @flow(name="build-sids")
-def build_sids(settings: Settings, until: str = "sids") -> dict[str, StageResult]:
+def build_sids(settings: Settings, until: Stage = "sids") -> dict[str, StageResult]:
     """Item embeddings, then the collision-free SID map for ``settings.project.dataset``."""
-    results = {"embed": run_stage(embed_task, settings)}
-    if until != "embed":
-        results["sids"] = run_stage(sids_task, settings)
-    return results
+    return run_steps([embed_task, sids_task], settings, until)

@@ -1,14 +1,23 @@
-"""Trainer callbacks for GRPO: validation ranking metrics during training, best model kept."""
+"""Trainer callbacks for GRPO: validation ranking metrics during training (best model kept), and
+sample tables of rollouts with their rewards."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
+from sidrec.tracking import metric_key
+
+if TYPE_CHECKING:
+    from models.grpo_trainer import RolloutRewards
+
 log = logging.getLogger(__name__)
+
+SampleSink = Callable[[int, list[dict[str, Any]]], None]
+"""Receives ``(step, rows)`` for each sample table."""
 
 
 class ValidationCallback(TrainerCallback):
@@ -51,7 +60,7 @@ class ValidationCallback(TrainerCallback):
             model.train(was_training)
         record = {"step": float(step), **metrics}
         self.history.append(record)
-        _log_mlflow({f"valid/{k.replace('@', '_at_')}": v for k, v in metrics.items()}, step)
+        _log_mlflow({f"valid/{metric_key(k)}": v for k, v in metrics.items()}, step)
         improved = self.best is None or metrics[self.metric] > self.best[self.metric]
         log.info(
             "step %d: valid %s %.4f%s",
@@ -71,3 +80,52 @@ def _log_mlflow(metrics: dict[str, float], step: int) -> None:
 
     if mlflow.active_run() is not None:
         mlflow.log_metrics(metrics, step=step)
+
+
+class SampleTables:
+    """Every ``every`` steps: a table of the first ``groups`` groups' prompts (as their recent
+    titles), the completions as item titles, their rank and rewards — to the active MLflow run
+    and to ``sink``. Called by the trainer with each scored batch (its ``on_rewards``)."""
+
+    def __init__(
+        self,
+        *,
+        every: int,
+        groups: int,
+        num_generations: int,
+        titles: list[str],
+        sink: SampleSink | None = None,
+    ):
+        """``titles``: one per catalog row (the trainer's item indices)."""
+        self.every, self.rows, self.g = every, groups, num_generations
+        self.titles = titles
+        self.sink = sink
+        self.tables = 0
+
+    def __call__(self, batch: RolloutRewards) -> None:
+        if batch.step % self.every:
+            return
+        rows = [self._row(batch, i) for i in range(min(len(batch.items), self.rows * self.g))]
+        self.tables += 1
+        import mlflow
+        import pandas as pd
+
+        if mlflow.active_run() is not None:
+            artifact = f"grpo_samples/step_{batch.step:06d}.json"
+            mlflow.log_table(data=pd.DataFrame(rows), artifact_file=artifact)
+        if self.sink is not None:
+            self.sink(batch.step, rows)
+
+    def _row(self, batch: RolloutRewards, i: int) -> dict[str, Any]:
+        row = batch.inputs[i]
+        item = batch.items[i]
+        rewards = zip(batch.names, batch.rewards[i].tolist(), strict=True)
+        return {
+            "step": batch.step,
+            "group": i // self.g,
+            "recent history": " | ".join(self.titles[h] for h in row["history_index"][-3:]),
+            "target": self.titles[row["target_index"]],
+            "rank": batch.ranks[i],
+            "completion": self.titles[item] if item >= 0 else "<invalid>",
+            **{name: round(float(v), 4) for name, v in rewards},
+        }

@@ -41,10 +41,33 @@ class SidGRPOConfig(GRPOConfig):
             raise ValueError(f"rollout must be one of {ROLLOUTS}, got {self.rollout!r}")
         if self.oversample < 1.0:
             raise ValueError(f"oversample must be >= 1 (a multiple of G), got {self.oversample}")
-        if self.use_vllm and self.rollout != "sample":
-            raise ValueError(
-                "vLLM rollouts are constrained temperature samples (rollout 'sample'); beam and "
-                "dynamic rollouts run on transformers' generate: set use_vllm false or rollout 'sample'"
-            )
+        check_vllm(use_vllm=self.use_vllm, rollout=self.rollout)
         # TRL checks that the generation batch holds whole groups of num_generations completions
         super().__post_init__()
+
+
+def check_vllm(*, use_vllm: bool, rollout: str) -> None:
+    """vLLM rollouts need rollout ``sample`` and a CUDA GPU (ValueError saying which is missing)."""
+    if not use_vllm:
+        return
+    if rollout != "sample":
+        raise ValueError(
+            "vLLM rollouts are constrained temperature samples (rollout 'sample'); beam and "
+            "dynamic rollouts run on transformers' generate: set use_vllm false or rollout 'sample'"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(
+            "use_vllm needs a CUDA GPU: vLLM rollouts are for GPU workers "
+            "(pip install -e '.[gpu]'); set use_vllm false on CPU machines"
+        )
+
+
+def check_group_size(num_generations: int, n_items: int) -> None:
+    """A group holds ``num_generations`` distinct catalog items: no more than the catalog has."""
+    if num_generations > n_items:
+        raise ValueError(
+            f"num_generations ({num_generations}) exceeds the catalog ({n_items} items): "
+            "a group cannot hold that many distinct valid items; lower it"
+        )

@@ -32,7 +32,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from models.constrained import SidConstrainedLogitsProcessor, generate_sids, left_pad
-from models.grpo_config import SidGRPOConfig
+from models.grpo_config import SidGRPOConfig, check_group_size
 from models.sid_trie import SidTrie
 
 log = logging.getLogger(__name__)
@@ -88,11 +88,8 @@ class SidGRPOTrainer(GRPOTrainer):
         keyword goes to ``GRPOTrainer`` (model, reward_funcs, train_dataset, processing_class, ...)."""
         check_trl_version()
         super().__init__(args=args, **kwargs)
-        if args.num_generations is not None and args.num_generations > trie.n_items:
-            raise ValueError(
-                f"num_generations={args.num_generations} exceeds the catalog ({trie.n_items} "
-                "items): a group cannot hold G distinct valid items"
-            )
+        if args.num_generations is not None:
+            check_group_size(args.num_generations, trie.n_items)
         self.sid_args = args  # typed: self.args is TrainingArguments to type checkers
         self.sid_tokenizer: Any = self.processing_class
         self.trie = trie

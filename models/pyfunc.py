@@ -102,9 +102,17 @@ class Recommender:
 
     @classmethod
     def from_files(
-        cls, *, model_dir: Path, sid_map: Path, catalog: Path, generation: Path
+        cls,
+        *,
+        model_dir: Path,
+        sid_map: Path,
+        catalog: Path,
+        generation: Path,
+        **overrides: Any,
     ) -> Recommender:
-        """Load the artifacts :func:`log_recommender` saves (on the GPU when there is one)."""
+        """Load the artifacts :func:`log_recommender` saves (on the GPU when there is one);
+        ``overrides`` replace saved :class:`GenerationSettings` fields (e.g. the promotion
+        gate re-scores a champion with today's beam width)."""
         import torch
 
         from models.lm import load_model_dir
@@ -118,7 +126,9 @@ class Recommender:
             tokenizer=tokenizer,
             sid_map=read_sid_map(Path(sid_map)),
             catalog=pd.read_parquet(catalog),
-            generation=GenerationSettings(**json.loads(Path(generation).read_text())),
+            generation=GenerationSettings(
+                **{**json.loads(Path(generation).read_text()), **overrides}
+            ),
         )
 
     @property

@@ -6,22 +6,25 @@ Stage subcommands call the stage functions directly (this is what ``dvc.yaml`` r
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated, Any, NamedTuple, cast
 
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from sidrec.config import SOURCES, Settings, load_settings
+from sidrec.config import SOURCES, Settings, load_settings, save_run_config
 from sidrec.errors import SidrecError
+from sidrec.progress import configure_library_bars
 from sidrec.stage import STAGES, Stage, StageResult
 
 app = typer.Typer(
@@ -50,22 +53,55 @@ PathOpt = Annotated[Path | None, typer.Option("--path", help="minionerec source:
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
 
-def _overrides(
-    sets: list[str] | None,
-    source: str | None,
-    dataset: str | None,
-    interactions: Path | None,
-    items: Path | None,
-    path: Path | None,
-) -> list[str]:
-    flags = {
-        "ingest.source": source,
-        "project.dataset": dataset,
-        "ingest.interactions": interactions,
-        "ingest.items": items,
-        "ingest.path": path,
-    }
-    return [*(sets or []), *(f"{k}={v}" for k, v in flags.items() if v is not None)]
+class Options(NamedTuple):
+    """The options every command shares (see :func:`common_options`)."""
+
+    config: Path
+    set_: list[str] | None
+    source: str | None
+    dataset: str | None
+    interactions: Path | None
+    items: Path | None
+    path: Path | None
+    debug: bool
+
+    def overrides(self) -> list[str]:
+        """``--set`` entries, then the shortcut flags (which win), as ``section.key=value``."""
+        flags = {
+            "ingest.source": self.source,
+            "project.dataset": self.dataset,
+            "ingest.interactions": self.interactions,
+            "ingest.items": self.items,
+            "ingest.path": self.path,
+        }
+        return [*(self.set_ or []), *(f"{k}={v}" for k, v in flags.items() if v is not None)]
+
+    def settings(self) -> Settings:
+        return load_settings(self.config, self.overrides())
+
+
+_OPTION_TYPES = (ConfigOpt, SetOpt, SourceOpt, DatasetOpt, InterOpt, ItemsOpt, PathOpt, DebugOpt)
+_OPTION_DEFAULTS = (Path("params.yaml"), None, None, None, None, None, None, False)
+_OPTION_PARAMS = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+    for name, kind, default in zip(Options._fields, _OPTION_TYPES, _OPTION_DEFAULTS, strict=True)
+]
+
+
+def common_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the shared options (--config, --set, the ingest shortcuts, --debug); it
+    receives them as ``opts: Options``."""
+    own = [
+        p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "opts"
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        opts = Options(**{name: kwargs.pop(name) for name in Options._fields})
+        command(opts=opts, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature([*own, *_OPTION_PARAMS])  # type: ignore[attr-defined]
+    return wrapper
 
 
 @contextmanager
@@ -77,6 +113,7 @@ def _errors(debug: bool) -> Iterator[None]:
         format="%(name)s: %(message)s",
         handlers=[RichHandler(console=console, show_path=False, show_time=False)],
     )
+    configure_library_bars()  # a log file gets plain lines, not carriage-return frames
     for package in ("sidrec", "tasks", "flows", "models"):
         logging.getLogger(package).setLevel(logging.DEBUG if debug else logging.INFO)
     if not debug:  # TRL calls transformers APIs that warn about their v6 renames on every step
@@ -101,8 +138,6 @@ def _errors(debug: bool) -> Iterator[None]:
 
 
 def _run_stage(stage: Stage, settings: Settings) -> None:
-    from flows.common import save_run_config
-
     save_run_config(settings, stage)
     module = importlib.import_module(f"tasks.{stage}")
     result = getattr(module, stage)(settings)
@@ -110,35 +145,21 @@ def _run_stage(stage: Stage, settings: Settings) -> None:
 
 
 def _summary(results: dict[str, StageResult]) -> None:
-    from flows.common import summary_rows
-
     table = Table(title="sidrec summary")
     table.add_column("stage")
     table.add_column("result")
-    for stage, text in summary_rows(results):
-        table.add_row(stage, text)
+    for stage, result in results.items():
+        table.add_row(stage, result.summary)
     out.print(table)
 
 
 def _stage_command(stage: Stage, doc: str) -> None:
-    def command(
-        config: ConfigOpt = Path("params.yaml"),
-        set_: SetOpt = None,
-        source: SourceOpt = None,
-        dataset: DatasetOpt = None,
-        interactions: InterOpt = None,
-        items: ItemsOpt = None,
-        path: PathOpt = None,
-        debug: DebugOpt = False,
-    ) -> None:
-        with _errors(debug):
-            settings = load_settings(
-                config, _overrides(set_, source, dataset, interactions, items, path)
-            )
-            _run_stage(stage, settings)
+    def command(opts: Options) -> None:
+        with _errors(opts.debug):
+            _run_stage(stage, opts.settings())
 
     command.__doc__ = doc
-    app.command(name=stage)(command)
+    app.command(name=stage)(common_options(command))
 
 
 _stage_command("ingest", "Read the configured source into data/raw/<dataset>/.")
@@ -173,25 +194,24 @@ _stage_command(
 
 
 @app.command("export-index")
+@common_options
 def export_index(
     out_path: Annotated[Path, typer.Argument(help="Where to write the MiniOneRec .index.json.")],
-    config: ConfigOpt = Path("params.yaml"),
-    set_: SetOpt = None,
-    dataset: DatasetOpt = None,
-    debug: DebugOpt = False,
+    opts: Options,
 ) -> None:
     """Write the dataset's SID map in MiniOneRec's .index.json format."""
-    with _errors(debug):
+    with _errors(opts.debug):
         from models.sid import read_sid_map, to_minionerec_index
         from sidrec.io import atomic_write_json
 
-        settings = load_settings(config, _overrides(set_, None, dataset, None, None, None))
+        settings = opts.settings()
         sid_map = read_sid_map(settings.paths.sid_map)
         atomic_write_json(out_path, to_minionerec_index(sid_map))
         out.print(f"wrote {len(sid_map):,} SIDs to {out_path}")
 
 
 @app.command("recommend")
+@common_options
 def recommend_command(
     user: Annotated[
         str | None, typer.Option("--user", help="A user id (their known history is used).")
@@ -200,24 +220,23 @@ def recommend_command(
         str | None, typer.Option("--history", help="Item ids, oldest first: ID,ID,...")
     ] = None,
     k: Annotated[int, typer.Option("--k", min=1, help="How many items.")] = 10,
-    config: ConfigOpt = Path("params.yaml"),
-    set_: SetOpt = None,
-    dataset: DatasetOpt = None,
-    debug: DebugOpt = False,
+    *,
+    opts: Options,
 ) -> None:
     """Top-K items from the registered champion model for a user or a history."""
-    with _errors(debug):
+    with _errors(opts.debug):
         from transformers.utils import logging as hf_logging
 
         from models.pyfunc import parse_history
-        from tasks.recommend import load_champion, recommend
+        from sidrec.registry import load_champion
+        from tasks.recommend import recommend
 
         # only the table on the terminal: no download / weight-loading progress bars
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         hf_logging.disable_progress_bar()
         if (user is None) == (history is None):
             raise SidrecError("pass exactly one of --user ID or --history ID,ID,...")
-        settings = load_settings(config, _overrides(set_, None, dataset, None, None, None))
+        settings = opts.settings()
         items = parse_history(history) if history is not None else None
         champion = load_champion(settings)
         recs = recommend(settings, user=user, history=items, k=k, champion=champion)
@@ -231,29 +250,25 @@ def recommend_command(
 
 
 @app.command()
+@common_options
 def pipeline(
     until: Annotated[str, typer.Option(help=f"Last stage to run: {', '.join(STAGES)}.")] = STAGES[
         -1
     ],
-    config: ConfigOpt = Path("params.yaml"),
-    set_: SetOpt = None,
-    source: SourceOpt = None,
-    dataset: DatasetOpt = None,
-    interactions: InterOpt = None,
-    items: ItemsOpt = None,
-    path: PathOpt = None,
-    debug: DebugOpt = False,
+    *,
+    opts: Options,
 ) -> None:
     """Run the stages in order as Prefect flows (cached: unchanged inputs are not recomputed)."""
-    with _errors(debug):
+    with _errors(opts.debug):
         if until not in STAGES:
             raise SidrecError(f"--until must be one of {', '.join(STAGES)}, got {until!r}")
-        overrides = _overrides(set_, source, dataset, interactions, items, path)
-        load_settings(config, overrides)  # fail fast on bad config, before starting Prefect
-        _quiet_expected_errors(debug)
+        opts.settings()  # fail fast on bad config, before starting Prefect
+        _quiet_expected_errors(opts.debug)
         from flows.retrain import retrain
 
-        results = retrain(config_path=str(config), overrides=overrides, until=cast(Stage, until))
+        results = retrain(
+            config_path=str(opts.config), overrides=opts.overrides(), until=cast(Stage, until)
+        )
         _summary(results)
 
 

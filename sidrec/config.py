@@ -559,3 +559,13 @@ def dump_settings(settings: Settings, path: Path) -> None:
     from sidrec.io import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(settings.to_yaml_dict(), sort_keys=False))
+
+
+def save_run_config(settings: Settings, command: str) -> Path:
+    """Save the resolved configuration of a run under ``runs/<UTC time>-<command>/params.yaml``."""
+    import datetime as dt
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    path = settings.project.runs_dir / f"{stamp}-{command}" / "params.yaml"
+    dump_settings(settings, path)
+    return path

@@ -6,6 +6,7 @@ Only task wrappers and flows import this module; stage functions stay Prefect-fr
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,12 @@ def artifact_key(kind: str, dataset: str) -> str:
 
 def publish_table(kind: str, dataset: str, rows: list[dict[str, Any]], description: str) -> None:
     create_table_artifact(table=rows, key=artifact_key(kind, dataset), description=description)
+
+
+def publish_stats(kind: str, dataset: str, stats: Mapping[str, Any], description: str) -> None:
+    """A two-column (stat, value) table: the numbers a stage reports, one per row."""
+    rows = [{"stat": name, "value": str(value)} for name, value in stats.items()]
+    publish_table(kind, dataset, rows, description)
 
 
 def publish_markdown(kind: str, dataset: str, markdown: str, description: str) -> None:

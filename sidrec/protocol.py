@@ -1,4 +1,5 @@
-"""The evaluation protocol every stage shares: which validation users select checkpoints and
+"""The evaluation protocol every stage shares: how a user's interactions are ordered (ties
+keep the source's row order), which validation users select checkpoints and
 which decide promotion, which items a user has already seen, and fingerprints that tie a
 metrics file to the data and model it was computed from.
 
@@ -16,12 +17,29 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from sidrec.io import file_sha256
 
 Half = Literal["selection", "gate"]
 HALF_SALT = "sidrec-validation-half"
+
+
+def user_sequences(inter: pd.DataFrame) -> pd.DataFrame:
+    """Interactions by (user, timestamp), ties in source row order, with each row's source
+    ``row``, its position ``pos`` in its user's sequence and the sequence ``length``."""
+    # `row` makes the tie rule explicit rather than relying on a multi-key sort being stable
+    ordered = inter.assign(row=np.arange(len(inter)))
+    ordered = ordered.sort_values(["user_id", "timestamp", "row"]).reset_index(drop=True)
+    ordered["pos"] = ordered.groupby("user_id", sort=False).cumcount()
+    ordered["length"] = ordered.groupby("user_id", sort=False)["pos"].transform("size")
+    return ordered
+
+
+def catalog_fingerprint(item_ids: list[str]) -> str:
+    """Hash of the catalog's item ids in order (embeddings are valid for one order only)."""
+    return hashlib.sha256("\n".join(item_ids).encode()).hexdigest()
 
 
 def gate_user(user_id: str) -> bool:

@@ -319,3 +319,53 @@ def download_champion(client: Any, name: str, dest: Path) -> ChampionFiles | Non
     """The champion's artifacts downloaded under ``dest``; None without a champion."""
     version = champion_version(client, name)
     return None if version is None else download_version(client, name, version, dest)
+
+
+def champion_start(settings: Settings, dest: Path, *, purpose: str) -> Path | None:
+    """The champion's model folder, downloaded under ``dest`` to continue training from it
+    (``purpose`` names the setting that asked, for the log); None without a champion."""
+    name = model_name(settings)
+    found = download_champion(client(), name, dest)
+    if found is None:
+        log.info("%s: no champion of %s yet; starting from a fresh model", purpose, name)
+        return None
+    log.info("%s: continuing from %s v%s", purpose, name, found.version)
+    return found.model_dir
+
+
+class Champion(NamedTuple):
+    """The served champion: its MLflow pyfunc model, loaded."""
+
+    model: Any
+    """The loaded ``mlflow.pyfunc.PyFuncModel``."""
+    uri: str
+    version: str
+
+
+def load_champion(settings: Settings) -> Champion:
+    """The model behind ``models:/<name>@champion``; a clear error when there is none."""
+    import mlflow
+
+    name = model_name(settings)
+    registry = client()
+    version = champion_version(registry, name)
+    if version is None:
+        what = "has no champion" if _registered(registry, name) else "is not registered"
+        raise InputError(
+            f"model {name!r} {what} in the MLflow registry at {tracking_uri()}; run "
+            "`sidrec pipeline` (or `sidrec register`), or set MLFLOW_TRACKING_URI to the "
+            "server that holds it"
+        )
+    uri = f"models:/{name}@{CHAMPION}"
+    log.info("loading %s (version %s)", uri, version)
+    return Champion(mlflow.pyfunc.load_model(uri), uri, version)
+
+
+def _registered(client: Any, name: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        return False
+    return True

@@ -83,19 +83,35 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class StageResult:
-    """What a stage function returns: its outputs (path → sha256) and its metrics."""
+    """What a stage function returns: its outputs (path → sha256), its metrics and a one-line
+    summary of them (the row of the run's summary table)."""
 
     stage: Stage
     outputs: dict[str, str]
     metrics: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
 
     @classmethod
-    def from_files(cls, stage: Stage, files: list[Path], metrics: dict[str, Any]) -> StageResult:
-        return cls(stage=stage, outputs={str(p): file_sha256(p) for p in files}, metrics=metrics)
+    def from_files(
+        cls, stage: Stage, files: list[Path], metrics: dict[str, Any], summary: str = ""
+    ) -> StageResult:
+        outputs = {str(p): file_sha256(p) for p in files}
+        return cls(stage=stage, outputs=outputs, metrics=metrics, summary=summary)
 
     def outputs_intact(self) -> bool:
         """True when every output still exists with the content this run wrote."""
         return all(Path(p).exists() and file_sha256(Path(p)) == h for p, h in self.outputs.items())
+
+
+def dataset_line(metrics: dict[str, Any]) -> str:
+    """The summary of a table-producing stage (ingest, validate): users, items, interactions."""
+    m = metrics
+    return f"{m['users']:,} users · {m['items']:,} items · {m['interactions']:,} interactions"
+
+
+def reaches(until: Stage, stage: Stage) -> bool:
+    """True when a run that stops after ``until`` includes ``stage``."""
+    return STAGES.index(stage) <= STAGES.index(until)
 
 
 def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:

@@ -26,7 +26,7 @@ from models.baselines.sasrec import (
 from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import AtomicOutputs, read_table
-from sidrec.orchestration import StageCache, publish_table
+from sidrec.orchestration import StageCache, publish_stats
 from sidrec.protocol import validation_half
 from sidrec.schemas import ITEMS, SPLIT
 from sidrec.stage import StageResult
@@ -96,24 +96,24 @@ def baselines(settings: Settings) -> StageResult:
         seconds,
     )
     model_files = [paths.sasrec_model / name for name in (WEIGHTS_FILE, CONFIG_FILE)]
-    return StageResult.from_files("baselines", [*model_files, paths.metrics("baselines")], metrics)
+    summary = (
+        f"SASRec max_len {metrics['max_len']} · best epoch {metrics['best_epoch']} of "
+        f"{metrics['epochs_run']} · valid-selection NDCG@10 "
+        f"{metrics['valid_selection']['ndcg@10']:.4f} · {metrics['seconds']:.0f} s"
+    )
+    files = [*model_files, paths.metrics("baselines")]
+    return StageResult.from_files("baselines", files, metrics, summary)
 
 
 @task(name="baselines", cache_policy=StageCache(stage="baselines"), persist_result=True)
 def baselines_task(settings: Settings) -> StageResult:
     result = baselines(settings)
     m = result.metrics
-    publish_table(
+    publish_stats(
         "baselines",
         m["dataset"],
-        [
-            {"stat": k, "value": str(m[k])}
-            for k in ("max_len", "windows", "best_epoch", "epochs_run", "seconds")
-        ]
-        + [
-            {"stat": f"valid selection {k}", "value": str(v)}
-            for k, v in m["valid_selection"].items()
-        ],
+        {k: m[k] for k in ("max_len", "windows", "best_epoch", "epochs_run", "seconds")}
+        | {f"valid selection {k}": v for k, v in m["valid_selection"].items()},
         description="SASRec baseline training",
     )
     log_stage(

@@ -18,7 +18,9 @@ from prefect import task
 from sidrec.config import EmbedConfig, Settings
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import AtomicOutputs, atomic_path, read_table
-from sidrec.orchestration import StageCache, publish_table
+from sidrec.orchestration import StageCache, publish_stats
+from sidrec.progress import interactive
+from sidrec.protocol import catalog_fingerprint
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
 
@@ -100,12 +102,14 @@ def encode_items(texts: list[str], cfg: EmbedConfig) -> tuple[np.ndarray, int]:
     )
     if missing:
         model = load_encoder(cfg)
+        # off a terminal this start line and embed()'s end line stand in for the bar
+        log.info("encoding %d texts with %s", len(missing), cfg.encoder)
         fresh = model.encode(
             [t for _, t in missing],
             batch_size=cfg.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
-            show_progress_bar=True,
+            show_progress_bar=interactive(),
         )
         cache.vectors.update(
             {k: v.astype(np.float32) for (k, _), v in zip(missing, fresh, strict=True)}
@@ -114,10 +118,6 @@ def encode_items(texts: list[str], cfg: EmbedConfig) -> tuple[np.ndarray, int]:
     emb = np.stack([cache.vectors[k] for k in keys]).astype(np.float32)
     emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     return emb, len(missing)
-
-
-def catalog_fingerprint(item_ids: list[str]) -> str:
-    return hashlib.sha256("\n".join(item_ids).encode()).hexdigest()
 
 
 def embed(settings: Settings) -> StageResult:
@@ -159,7 +159,11 @@ def embed(settings: Settings) -> StageResult:
         len(items) - encoded,
         seconds,
     )
-    return StageResult.from_files("embed", outputs, manifest)
+    summary = (
+        f"{manifest['items']:,} items · dim {manifest['dim']} · "
+        f"{manifest['encoded']:,} encoded, {manifest['from_cache']:,} cached"
+    )
+    return StageResult.from_files("embed", outputs, manifest, summary)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
@@ -171,13 +175,10 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 def embed_task(settings: Settings) -> StageResult:
     result = embed(settings)
     m = result.metrics
-    publish_table(
+    publish_stats(
         "embeddings",
         m["dataset"],
-        [
-            {"stat": k, "value": m[k]}
-            for k in ("encoder", "dim", "items", "encoded", "from_cache", "seconds")
-        ],
+        {k: m[k] for k in ("encoder", "dim", "items", "encoded", "from_cache", "seconds")},
         description="Item text embeddings",
     )
     return result

@@ -40,13 +40,12 @@ from models.recommender import SidRecommender
 from models.stats import bootstrap_interval, paired_bootstrap_interval
 from sidrec.config import Settings
 from sidrec.errors import InputError
-from sidrec.io import AtomicOutputs, read_table
+from sidrec.io import AtomicOutputs
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.protocol import fingerprint, seen_items, validation_half
-from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import log_stage, metric_key
-from tasks.sft import load_catalog_and_map
+from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split
 
 log = logging.getLogger(__name__)
 EVAL_SPLITS = ("valid", "test")
@@ -95,7 +94,7 @@ def evaluate(settings: Settings) -> StageResult:
     cfg, paths = settings.evaluate, settings.paths
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
-    splits = {s: read_table(paths.split(s), SPLIT, f"{s} split") for s in ("train", *EVAL_SPLITS)}
+    splits = {s: read_split(settings, s) for s in ("train", *EVAL_SPLITS)}
     k = max(cfg.ks)
     if cfg.num_beams < k:
         raise InputError(f"evaluate.num_beams ({cfg.num_beams}) must be >= the largest K ({k})")
@@ -147,35 +146,21 @@ def evaluate(settings: Settings) -> StageResult:
         out.parquet(users, paths.eval_users)
         out.json(report, paths.metrics("eval"))
     log.info("%s", summary_line(report))
-    return StageResult.from_files("evaluate", [paths.metrics("eval"), paths.eval_users], report)
+    files = [paths.metrics("eval"), paths.eval_users]
+    return StageResult.from_files("evaluate", files, report, summary_line(report))
 
 
 def _generator(
     settings: Settings, stage: str, sid_map: dict[str, list[int]], item_ids: list[str]
 ) -> SidRecommender:
-    """A trained SID model behind the shared recommender; clear errors for a missing folder or
-    a folder trained with another SID map."""
+    """A trained SID model (``sft`` or ``grpo``) behind the shared recommender."""
     folder = settings.paths.sft_model if stage == "sft" else settings.paths.grpo_model
     hint = (
         "run `sidrec sft` first"
         if stage == "sft"
         else "run `sidrec grpo` first, or set grpo.enabled false to evaluate without it"
     )
-    try:
-        return SidRecommender.from_dir(
-            folder,
-            missing_hint=hint,
-            sid_map=sid_map,
-            item_ids=item_ids,
-            max_length=settings.model.max_length,
-            num_beams=settings.evaluate.num_beams,
-            max_history=settings.split.max_history,
-            batch_size=settings.evaluate.batch_size,
-        )
-    except ValueError as exc:
-        raise InputError(
-            f"the SID map does not match the model's tokenizer: {exc}", path=folder
-        ) from None
+    return load_recommender(settings, folder, sid_map, item_ids, missing_hint=hint)
 
 
 def _score(

@@ -22,8 +22,8 @@ from prefect import task
 from models.baselines import catalog_index, encode_histories, encode_targets
 from models.baselines.sasrec import load_baseline
 from models.constrained import sid_regex
-from models.grpo_trainer import RolloutRewards
-from models.lm import load_model_dir, replace_dir, save_model_dir
+from models.grpo_callbacks import SampleSink
+from models.lm import replace_dir, save_model_dir
 from models.metrics import rank_metrics
 from models.prompts import PromptBuilder
 from models.recommender import SidRecommender
@@ -37,38 +37,29 @@ from models.rewards import (
 )
 from models.sid import sid_string
 from sidrec.config import Settings
-from sidrec.errors import ConfigError, InputError
-from sidrec.io import atomic_write_json, read_table
-from sidrec.orchestration import StageCache, publish_table
+from sidrec.errors import ConfigError
+from sidrec.io import atomic_write_json
+from sidrec.orchestration import StageCache, publish_stats, publish_table
 from sidrec.protocol import seen_items, validation_half
-from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
-from tasks.sft import load_catalog_and_map, lora_config, recent_rows, trainer_runtime
+from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split, recent_rows
+from tasks.shared.training import lora_config, trainer_arguments
 
 log = logging.getLogger(__name__)
 VALID_KS = (1, 5, 10)
-SampleSink = Callable[[int, list[dict[str, Any]]], None]
 
 
 def check_grpo_config(settings: Settings, n_items: int) -> None:
     """Configuration errors that must stop the stage before any model is loaded."""
-    cfg = settings.grpo
-    if cfg.num_generations > n_items:
-        raise ConfigError(
-            f"grpo.num_generations ({cfg.num_generations}) exceeds the catalog ({n_items} items): "
-            "a group cannot hold that many distinct valid items; lower it"
-        )
-    if cfg.use_vllm:
-        import torch
+    from models.grpo_config import check_group_size, check_vllm
 
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "grpo.use_vllm needs a CUDA GPU: vLLM rollouts are for GPU workers "
-                "(pip install -e '.[gpu]'); set grpo.use_vllm false on CPU machines"
-            )
-        if cfg.rollout != "sample":
-            raise ConfigError("grpo.use_vllm supports rollout 'sample' only (vLLM samples)")
+    cfg = settings.grpo
+    try:
+        check_group_size(cfg.num_generations, n_items)
+        check_vllm(use_vllm=cfg.use_vllm, rollout=cfg.rollout)
+    except ValueError as exc:
+        raise ConfigError(f"grpo.{exc}") from None
 
 
 def training_rows(
@@ -158,7 +149,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     """Train the SFT model further with GRPO; ``on_samples(step, rows)`` receives each sample table."""
     from datasets import Dataset
 
-    from models.grpo_callbacks import ValidationCallback
+    from models.grpo_callbacks import SampleTables, ValidationCallback
     from models.grpo_config import SidGRPOConfig
     from models.grpo_trainer import SidGRPOTrainer
 
@@ -168,25 +159,10 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
     check_grpo_config(settings, len(item_ids))
-    train = read_table(paths.split("train"), SPLIT, "train split")
-    valid = read_table(paths.split("valid"), SPLIT, "valid split")
-    model, tokenizer = load_model_dir(paths.sft_model)
-    try:
-        recommender = SidRecommender(
-            model=model,
-            tokenizer=tokenizer,
-            sid_map=sid_map,
-            item_ids=item_ids,
-            max_length=settings.model.max_length,
-            num_beams=settings.evaluate.num_beams,
-            max_history=settings.split.max_history,
-            batch_size=settings.evaluate.batch_size,
-        )
-    except ValueError as exc:
-        raise InputError(
-            f"the SID map does not match the model's tokenizer: {exc}", path=paths.sft_model
-        ) from None
-    trie = recommender.trie
+    train, valid = read_split(settings, "train"), read_split(settings, "valid")
+    hint = "run `sidrec sft` first"
+    recommender = load_recommender(settings, paths.sft_model, sid_map, item_ids, missing_hint=hint)
+    model, tokenizer, trie = recommender.model, recommender.tokenizer, recommender.trie
     titles = dict(zip(item_ids, items["title"].astype(str), strict=True))
     builder = PromptBuilder(
         tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
@@ -198,36 +174,35 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
 
     try:
         args = SidGRPOConfig(
-            output_dir=str(paths.grpo_dir / "checkpoints"),
-            rollout=cfg.rollout,
-            oversample=cfg.oversample,
-            ensure_target=cfg.ensure_target,
-            num_generations=cfg.num_generations,
-            per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
-            gradient_accumulation_steps=1,
-            max_completion_length=trie.levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
-            max_steps=cfg.max_steps,
-            learning_rate=cfg.learning_rate,
-            weight_decay=cfg.weight_decay,
-            beta=cfg.beta,
-            loss_type=cfg.loss_type,
-            importance_sampling_level=cfg.importance_sampling_level,
-            num_iterations=cfg.num_iterations,
-            epsilon=cfg.epsilon,
-            epsilon_high=cfg.epsilon_high,
-            scale_rewards=cfg.scale_rewards,
-            reward_weights=weights,
-            temperature=cfg.temperature,
-            use_vllm=cfg.use_vllm,
-            vllm_mode="colocate",
-            vllm_structured_outputs_regex=(
-                sid_regex([sid_string(sid_map[i]) for i in item_ids]) if cfg.use_vllm else None
-            ),
-            logging_steps=max(1, min(10, cfg.max_steps // 10)),
-            save_strategy="no",  # the best model by validation NDCG@10 is kept instead
-            run_name="grpo",
-            remove_unused_columns=False,  # target_index / history_index reach the rewards
-            **trainer_runtime(settings),
+            **trainer_arguments(
+                settings,
+                "grpo",
+                rollout=cfg.rollout,
+                oversample=cfg.oversample,
+                ensure_target=cfg.ensure_target,
+                num_generations=cfg.num_generations,
+                per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+                gradient_accumulation_steps=1,
+                max_completion_length=trie.levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
+                max_steps=cfg.max_steps,
+                beta=cfg.beta,
+                loss_type=cfg.loss_type,
+                importance_sampling_level=cfg.importance_sampling_level,
+                num_iterations=cfg.num_iterations,
+                epsilon=cfg.epsilon,
+                epsilon_high=cfg.epsilon_high,
+                scale_rewards=cfg.scale_rewards,
+                reward_weights=weights,
+                temperature=cfg.temperature,
+                use_vllm=cfg.use_vllm,
+                vllm_mode="colocate",
+                vllm_structured_outputs_regex=(
+                    sid_regex([sid_string(sid_map[i]) for i in item_ids]) if cfg.use_vllm else None
+                ),
+                logging_steps=max(1, min(10, cfg.max_steps // 10)),
+                save_strategy="no",  # the best model by validation NDCG@10 is kept instead
+                remove_unused_columns=False,  # target_index / history_index reach the rewards
+            )
         )
     except ValueError as exc:
         raise ConfigError(f"grpo: {exc}") from None
@@ -239,7 +214,13 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         save_best=lambda m: save_model_dir(m, tokenizer, best_dir),
         every=cfg.eval_every,
     )
-    samples = SampleTables(settings, item_ids, titles, on_samples)
+    samples = SampleTables(
+        every=cfg.log_samples_every,
+        groups=cfg.sample_rows,
+        num_generations=cfg.num_generations,
+        titles=[titles[i] for i in item_ids],
+        sink=on_samples,
+    )
     trainer = SidGRPOTrainer(
         model=model,
         trie=trie,
@@ -264,63 +245,13 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     metrics["valid_users"] = len(validation.targets)
     metrics["valid_num_beams"] = settings.evaluate.num_beams
     atomic_write_json(paths.metrics("grpo"), metrics)
-    return StageResult.from_files(
-        "grpo", [paths.grpo_model / "config.json", paths.metrics("grpo")], metrics
+    start, best = metrics["valid_start"]["ndcg@10"], metrics["valid_best"]["ndcg@10"]
+    summary = (
+        f"{metrics['steps']} steps · {cfg.rollout} rollouts x {cfg.num_generations} · "
+        f"valid NDCG@10 {start:.4f} → {best:.4f} (step {metrics['best_step']})"
     )
-
-
-class SampleTables:
-    """Every ``grpo.log_samples_every`` steps: a table of prompts (as recent titles), the
-    completions as item titles, their rank and rewards — to MLflow and to ``on_samples``."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        item_ids: list[str],
-        titles: dict[str, str],
-        sink: SampleSink | None,
-    ):
-        self.every = settings.grpo.log_samples_every
-        self.rows = settings.grpo.sample_rows
-        self.g = settings.grpo.num_generations
-        self.titles = [titles[i] for i in item_ids]
-        self.sink = sink
-        self.tables = 0
-
-    def __call__(self, batch: RolloutRewards) -> None:
-        if batch.step % self.every:
-            return
-        rows = []
-        for i in range(min(len(batch.items), self.rows * self.g)):
-            row = batch.inputs[i]
-            history = [self.titles[h] for h in row["history_index"][-3:]]
-            rows.append(
-                {
-                    "step": batch.step,
-                    "group": i // self.g,
-                    "recent history": " | ".join(history),
-                    "target": self.titles[row["target_index"]],
-                    "rank": batch.ranks[i],
-                    "completion": self.titles[batch.items[i]]
-                    if batch.items[i] >= 0
-                    else "<invalid>",
-                    **{
-                        name: round(float(v), 4)
-                        for name, v in zip(batch.names, batch.rewards[i].tolist(), strict=True)
-                    },
-                }
-            )
-        self.tables += 1
-        _log_table(rows, f"grpo_samples/step_{batch.step:06d}.json")
-        if self.sink is not None:
-            self.sink(batch.step, rows)
-
-
-def _log_table(rows: list[dict[str, Any]], artifact_file: str) -> None:
-    import mlflow
-
-    if mlflow.active_run() is not None:
-        mlflow.log_table(data=pd.DataFrame(rows), artifact_file=artifact_file)
+    files = [paths.grpo_model / "config.json", paths.metrics("grpo")]
+    return StageResult.from_files("grpo", files, metrics, summary)
 
 
 def _metrics(
@@ -376,29 +307,11 @@ def grpo_task(settings: Settings) -> StageResult:
 
     result = grpo(settings, on_samples=publish)
     m = result.metrics
-    publish_table(
-        "grpo",
-        dataset,
-        [
-            {"stat": k, "value": str(m[k])}
-            for k in (
-                "rollout",
-                "steps",
-                "train_seconds",
-                "reward_first",
-                "reward_last",
-                "distinct_items_per_group",
-                "non_finite_rewards",
-                "best_step",
-            )
-        ]
-        + [
-            {
-                "stat": f"valid {k} (start → best)",
-                "value": f"{m['valid_start'][k]} → {m['valid_best'][k]}",
-            }
-            for k in m["valid_best"]
-        ],
-        description="GRPO training",
-    )
+    stats = ["rollout", "steps", "train_seconds", "reward_first", "reward_last"]
+    stats += ["distinct_items_per_group", "non_finite_rewards", "best_step"]
+    valid = {
+        f"valid {k} (start → best)": f"{m['valid_start'][k]} → {m['valid_best'][k]}"
+        for k in m["valid_best"]
+    }
+    publish_stats("grpo", dataset, {k: m[k] for k in stats} | valid, "GRPO training")
     return result

@@ -8,10 +8,10 @@ from prefect import get_run_logger, task
 
 from sidrec.config import Settings
 from sidrec.io import AtomicOutputs
-from sidrec.orchestration import StageCache, publish_table, retry_unless_user_error
+from sidrec.orchestration import StageCache, publish_stats, retry_unless_user_error
 from sidrec.schemas import INTERACTIONS, ITEMS
 from sidrec.sources import read_source
-from sidrec.stage import StageResult
+from sidrec.stage import StageResult, dataset_line
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def ingest(settings: Settings) -> StageResult:
         metrics["items"],
         metrics["interactions"],
     )
-    return StageResult.from_files("ingest", outputs, metrics)
+    return StageResult.from_files("ingest", outputs, metrics, dataset_line(metrics))
 
 
 @task(
@@ -59,11 +59,10 @@ def ingest_task(settings: Settings) -> StageResult:
     get_run_logger().info(
         "%d users, %d items, %d interactions", m["users"], m["items"], m["interactions"]
     )
-    publish_table(
+    publish_stats(
         "dataset-stats",
         m["dataset"],
-        [{"stat": k, "value": m[k]} for k in ("source", "users", "items", "interactions")]
-        + [{"stat": k, "value": v} for k, v in m["notes"].items()],
+        {**{k: m[k] for k in ("source", "users", "items", "interactions")}, **m["notes"]},
         description=f"Raw tables of {m['dataset']} as ingested",
     )
     return result

@@ -12,18 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
 from prefect import task
-from tqdm.auto import tqdm
 
 from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import AtomicOutputs, read_table
-from sidrec.orchestration import publish_table
-from sidrec.registry import model_name
+from sidrec.orchestration import publish_stats
+from sidrec.progress import ProgressBar
+from sidrec.protocol import user_sequences
+from sidrec.registry import Champion, load_champion
 from sidrec.schemas import INTERACTIONS
 
 log = logging.getLogger(__name__)
@@ -40,49 +40,14 @@ RECOMMENDATIONS = pa.schema(
 """``recommendations.parquet``: top-K per user, one row per (user, rank)."""
 
 
-class Champion(NamedTuple):
-    model: Any
-    """The loaded ``mlflow.pyfunc.PyFuncModel``."""
-    uri: str
-    version: str
-
-
 def recommendations_path(settings: Settings) -> Path:
     return settings.paths.processed_dir / "recommendations.parquet"
-
-
-def load_champion(settings: Settings) -> Champion:
-    """The model behind ``models:/<name>@champion``; a clear error when there is none."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from sidrec.registry import CHAMPION
-    from sidrec.tracking import tracking_uri
-
-    name = model_name(settings)
-    uri = f"models:/{name}@{CHAMPION}"
-    mlflow.set_tracking_uri(tracking_uri())
-    try:
-        aliases = mlflow.MlflowClient().get_registered_model(name).aliases or {}
-    except MlflowException:
-        aliases = None
-    if not aliases or CHAMPION not in aliases:
-        what = "has no champion" if aliases is not None else "is not registered"
-        raise InputError(
-            f"model {name!r} {what} in the MLflow registry at {tracking_uri()}; run "
-            "`sidrec pipeline` (or `sidrec register`), or set MLFLOW_TRACKING_URI to the "
-            "server that holds it"
-        )
-    log.info("loading %s (version %s)", uri, aliases[CHAMPION])
-    return Champion(mlflow.pyfunc.load_model(uri), uri, str(aliases[CHAMPION]))
 
 
 def user_histories(settings: Settings) -> pd.DataFrame:
     """(user_id, history) for every user: their whole known sequence, oldest first. The served
     model prompts with the most recent ``split.max_history`` items and, like evaluate, never
     recommends an item of the history it is given."""
-    from tasks.split import user_sequences
-
     inter = read_table(
         settings.paths.validated("interactions"), INTERACTIONS, "validated interactions"
     )
@@ -146,7 +111,7 @@ def recommend_all(
     histories = user_histories(settings)
     champion = champion or load_champion(settings)
     frames = []
-    for start in tqdm(range(0, len(histories), batch_size), desc="recommend", unit="batch"):
+    for start in ProgressBar(range(0, len(histories), batch_size), desc="recommend", unit="batch"):
         chunk = histories.iloc[start : start + batch_size]
         out = predict(champion, list(chunk["history"]), k)
         frames.append(
@@ -182,16 +147,16 @@ def batch_recommend_task(settings: Settings, k: int, batch_size: int = 64) -> st
     champion = load_champion(settings)
     table = recommend_all(settings, k=k, batch_size=batch_size, champion=champion)
     path = write_recommendations(settings, table)
-    publish_table(
+    publish_stats(
         "recommendations",
         settings.project.dataset,
-        [
-            {"stat": "model", "value": f"{champion.uri} (version {champion.version})"},
-            {"stat": "users", "value": int(table["user_id"].nunique())},
-            {"stat": "rows", "value": len(table)},
-            {"stat": "k", "value": k},
-            {"stat": "file", "value": str(path)},
-        ],
+        {
+            "model": f"{champion.uri} (version {champion.version})",
+            "users": int(table["user_id"].nunique()),
+            "rows": len(table),
+            "k": k,
+            "file": str(path),
+        },
         description="Batch recommendations from the champion",
     )
     log.info("wrote %d recommendations to %s", len(table), path)

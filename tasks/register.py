@@ -128,28 +128,21 @@ def rescore(
     """The champion's per-user gate metric on ``gate`` with today's recommender code: history
     items it does not know are dropped, targets it does not know are misses. Returns
     (scores, dropped history items, unknown targets)."""
-    import json
-
     from models.metrics import per_row_metrics
-    from models.recommender import SidRecommender
-    from models.sid import read_sid_map
+    from models.pyfunc import Recommender
 
     metric = settings.register_.gate_metric.split(".", 1)[1]
     k = int(metric.split("@")[1])
-    try:
-        sid_map = read_sid_map(champion.sid_map)
-        catalog = pd.read_parquet(champion.catalog)["item_id"].astype(str).tolist()
-        generation = json.loads(champion.generation.read_text())
-        recommender = SidRecommender.from_dir(
-            champion.model_dir,
-            sid_map=sid_map,
-            item_ids=catalog,
-            max_length=int(generation["max_length"]),
+    try:  # the champion's weights and SID map behind today's recommender code
+        recommender = Recommender.from_files(
+            model_dir=champion.model_dir,
+            sid_map=champion.sid_map,
+            catalog=champion.catalog,
+            generation=champion.generation,
             num_beams=settings.evaluate.num_beams,
-            max_history=int(generation["max_history"]),
             batch_size=settings.evaluate.batch_size,
-        )
-    except (OSError, ValueError, KeyError, InputError) as exc:
+        ).ranker
+    except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
         raise InputError(
             f"the champion v{champion.version} cannot be loaded for re-scoring: {exc}; "
             "no alias was moved (fix the registered version or move the alias by hand)"
@@ -226,12 +219,16 @@ def register(settings: Settings) -> StageResult:
         }
         atomic_write_json(paths.metrics("register"), report)
         log.info("register: skipped (register.enabled is false)")
-        return StageResult.from_files("register", [paths.metrics("register")], report)
+        return StageResult.from_files(
+            "register", [paths.metrics("register")], report, summary_line(report)
+        )
     candidate = pick_candidate(settings)
     comparison, before, evaluation = compare(settings, candidate)
     report = _log_and_gate(settings, candidate, comparison, before, evaluation)
     atomic_write_json(paths.metrics("register"), report)
-    return StageResult.from_files("register", [paths.metrics("register")], report)
+    return StageResult.from_files(
+        "register", [paths.metrics("register")], report, summary_line(report)
+    )
 
 
 def _log_and_gate(
@@ -246,7 +243,7 @@ def _log_and_gate(
     from models.pyfunc import GenerationSettings, log_recommender
     from sidrec.registry import client, register_and_gate
     from sidrec.tracking import metric_key, stage_run
-    from tasks.sft import load_catalog_and_map
+    from tasks.shared.inputs import load_catalog_and_map
 
     cfg = settings.register_
     dataset = settings.project.dataset

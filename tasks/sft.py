@@ -30,35 +30,18 @@ from models.prompts import (
     title2sid_prompt,
     title_history_prompt,
 )
-from models.sid import SidMap, read_sid_map
+from models.sid import SidMap
 from sidrec.config import Settings
-from sidrec.errors import InputError
-from sidrec.io import atomic_write_json, read_table
-from sidrec.orchestration import StageCache, publish_table
+from sidrec.io import atomic_write_json
+from sidrec.orchestration import StageCache, publish_stats
 from sidrec.protocol import validation_half
-from sidrec.registry import champion_label
-from sidrec.schemas import ITEMS, SPLIT
+from sidrec.registry import champion_label, champion_start
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
+from tasks.shared.inputs import load_catalog_and_map, read_split, recent_rows
+from tasks.shared.training import lora_config, trainer_arguments
 
 log = logging.getLogger(__name__)
-
-
-def load_catalog_and_map(settings: Settings) -> tuple[pd.DataFrame, SidMap]:
-    """The catalog and its SID map, checked against each other (a clear error before training)."""
-    paths = settings.paths
-    items = read_table(paths.validated("items"), ITEMS, "validated items")
-    sid_map = read_sid_map(paths.sid_map)
-    missing = [i for i in items["item_id"] if i not in sid_map]
-    extra = len(set(sid_map) - set(items["item_id"]))
-    if missing or extra:
-        raise InputError(
-            f"SID map does not match the catalog: {len(missing)} catalog item(s) without a SID, "
-            f"{extra} SID(s) for unknown items; re-run `sidrec sids`",
-            path=paths.sid_map,
-            values=missing[:5],
-        )
-    return items, sid_map
 
 
 def sid_shape(sid_map: SidMap, codebook_size: int) -> tuple[int, int]:
@@ -105,62 +88,6 @@ def build_model_and_tokenizer(
     return model, tokenizer
 
 
-def champion_start(settings: Settings, dest: Path) -> Path | None:
-    """The registered champion's model folder, downloaded under ``dest`` (None: no champion)."""
-    from sidrec.registry import client, download_champion, model_name
-
-    found = download_champion(client(), model_name(settings), dest)
-    if found is None:
-        log.info(
-            "sft.warm_start: no champion of %s yet; starting from a fresh model",
-            model_name(settings),
-        )
-        return None
-    log.info("sft.warm_start: continuing from %s v%s", model_name(settings), found.version)
-    return found.model_dir
-
-
-def trainer_runtime(settings: Settings) -> dict[str, Any]:
-    """TrainingArguments every trainer of the project shares: seed, MLflow reporting, and the
-    device (bf16 on a GPU that has it, else the CPU)."""
-    import torch
-
-    gpu = torch.cuda.is_available()
-    return {
-        "seed": settings.project.seed,
-        "report_to": ["mlflow"],
-        "dataloader_num_workers": 0,
-        "bf16": gpu and torch.cuda.is_bf16_supported(),
-        "use_cpu": not gpu,
-    }
-
-
-def lora_config(settings: Settings, modules_to_save: list[str] | None = None) -> Any:
-    """peft's LoraConfig from ``model.lora`` (None when LoRA is off)."""
-    if not settings.model.lora.enabled:
-        return None
-    from peft import LoraConfig
-
-    lora = settings.model.lora
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        modules_to_save=modules_to_save,
-        task_type="CAUSAL_LM",
-    )
-
-
-def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
-    """Each user's most recent ``per_user`` rows (all when None)."""
-    if per_user is None:
-        return split
-    return (
-        split.sort_values("timestamp", kind="stable").groupby("user_id", sort=False).tail(per_user)
-    )
-
-
 def build_datasets(
     settings: Settings, builder: PromptBuilder, train: pd.DataFrame, valid: pd.DataFrame
 ) -> tuple[list[Example], list[Example]]:
@@ -191,13 +118,12 @@ def sft(settings: Settings) -> StageResult:
 
     paths, cfg = settings.paths, settings.sft
     items, sid_map = load_catalog_and_map(settings)
-    train = read_table(paths.split("train"), SPLIT, "train split")
-    valid = read_table(paths.split("valid"), SPLIT, "valid split")
+    train, valid = read_split(settings, "train"), read_split(settings, "valid")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
     warm = None
     if cfg.warm_start == "champion":
         with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as download:
-            start = champion_start(settings, Path(download))
+            start = champion_start(settings, Path(download), purpose="sft.warm_start")
             warm = load_model_dir(start) if start is not None else None  # loaded into memory
     if warm is not None:
         model, tokenizer = warm
@@ -219,22 +145,21 @@ def sft(settings: Settings) -> StageResult:
 
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
     args = SFTConfig(
-        output_dir=str(paths.sft_dir / "checkpoints"),
-        num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size,
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps
-        lr_scheduler_type="cosine",
-        logging_steps=cfg.logging_steps,
-        eval_strategy="epoch",
-        save_strategy="epoch",
-        save_total_limit=1,
-        max_length=settings.model.max_length,
-        completion_only_loss=True,
-        run_name="sft",
-        **trainer_runtime(settings),
+        **trainer_arguments(
+            settings,
+            "sft",
+            num_train_epochs=cfg.epochs,
+            per_device_train_batch_size=cfg.batch_size,
+            per_device_eval_batch_size=cfg.batch_size,
+            warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps
+            lr_scheduler_type="cosine",
+            logging_steps=cfg.logging_steps,
+            eval_strategy="epoch",
+            save_strategy="epoch",
+            save_total_limit=1,
+            max_length=settings.model.max_length,
+            completion_only_loss=True,
+        )
     )
     # the new SID rows must learn: SFT trains the embeddings and output layer in full
     peft_config = lora_config(settings, modules_to_save=["embed_tokens", "lm_head"])
@@ -267,30 +192,23 @@ def sft(settings: Settings) -> StageResult:
         "train_seconds": round(float(result.metrics["train_runtime"]), 1),
     }
     atomic_write_json(paths.metrics("sft"), metrics)
-    return StageResult.from_files(
-        "sft", [paths.sft_model / "config.json", paths.metrics("sft")], metrics
+    summary = (
+        f"{metrics['train_examples']:,} examples · {metrics['steps']} steps · "
+        f"eval loss {metrics['eval_loss']:.3f}"
     )
+    files = [paths.sft_model / "config.json", paths.metrics("sft")]
+    return StageResult.from_files("sft", files, metrics, summary)
 
 
 @task(name="sft", cache_policy=StageCache(stage="sft"), persist_result=True)
 def sft_task(settings: Settings) -> StageResult:
     result = sft(settings)
     m = result.metrics
-    publish_table(
+    stats = ("preset", "train_examples", "parameters", "train_loss", "eval_loss", "steps")
+    publish_stats(
         "sft",
         m["dataset"],
-        [
-            {"stat": k, "value": m[k]}
-            for k in (
-                "preset",
-                "train_examples",
-                "parameters",
-                "train_loss",
-                "eval_loss",
-                "steps",
-                "train_seconds",
-            )
-        ],
+        {k: m[k] for k in (*stats, "train_seconds")},
         description="Supervised fine-tuning",
     )
     return result

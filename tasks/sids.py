@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -25,10 +25,10 @@ from sidrec.config import Settings, SidsConfig
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
+from sidrec.protocol import catalog_fingerprint
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
 from sidrec.tracking import log_stage
-from tasks.embed import catalog_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -124,68 +124,87 @@ def level_usage(codes: np.ndarray, k: int) -> list[dict[str, float]]:
     return out
 
 
-def build(
-    settings: Settings, items: pd.DataFrame, emb: np.ndarray
-) -> tuple[np.ndarray, Quantizer | None, dict[str, Any]]:
-    """Codes for every catalog item (rows aligned with ``items``), the quantizer, and facts for the report."""
+class Codes(NamedTuple):
+    """Every catalog item's codes before collision resolution, and how they were made."""
+
+    raw: np.ndarray
+    """(items, levels) codes, rows aligned with the catalog."""
+    quantizer: Quantizer | None
+    """The quantizer that encoded them (None for an imported index)."""
+    trained: bool
+    """A new quantizer was trained in this run: it is saved with the map."""
+    method: str
+    mode: str
+    """How the map was built, for the report: ``full``, ``incremental`` or ``import``."""
+    codebook_size: int
+    facts: dict[str, Any]
+    """Report fields of this way of building (``train_seconds``, ``new_items``)."""
+    fixed: np.ndarray | None = None
+    """Rows whose SID must not change (items of the previous map); they also forbid an extra level."""
+
+
+def build(settings: Settings, items: pd.DataFrame, emb: np.ndarray) -> Codes:
+    """Codes for every catalog item: from an imported index, by extending the previous map, or
+    from a newly trained quantizer."""
     cfg = settings.sids
-    paths = settings.paths
     ids = items["item_id"].tolist()
     if cfg.import_index is not None:
-        imported = read_minionerec_index(cfg.import_index)
-        missing = [i for i in ids if i not in imported]
-        if missing:
-            raise InputError(
-                f"{len(missing)} catalog item(s) have no SID in the index",
-                path=cfg.import_index,
-                values=missing[:5],
-            )
-        raw = np.array([imported[i] for i in ids], dtype=np.int64)
-        if collision_stats(raw).collision_rate > 0 and not cfg.resolve_imported_collisions:
-            from models.sid import check_sid_map
-
-            check_sid_map(
-                {i: imported[i] for i in ids}, cfg.import_index
-            )  # raises, naming the clashes
-        k = max(cfg.codebook_size, int(raw.max()) + 1)
-        return (
-            raw,
-            None,
-            {"mode": "import", "raw": raw, "codebook_size": k, "fixed": None, "costs": None},
-        )
-    if cfg.incremental and not paths.sid_map.exists():
-        log.info("sids.incremental: no SID map yet at %s, building one", paths.sid_map)
-    if cfg.incremental and paths.sid_map.exists():
-        previous = read_sid_map(paths.sid_map)
-        quantizer = load_quantizer(paths.quantizer)
-        known = np.array([i in previous for i in ids])
-        width = len(next(iter(previous.values())))
-        raw = np.zeros((len(ids), width), dtype=np.int64)
-        raw[:, : quantizer.levels] = quantizer.encode(emb)
-        for row in np.flatnonzero(known):
-            raw[row] = previous[ids[row]]
-        if (
-            width > quantizer.levels
-        ):  # the map has a disambiguation level: new items take free indices
-            _extend_extra_level(raw, known, quantizer.levels)
-        return (
-            raw,
-            quantizer,
-            {"mode": "incremental", "raw": raw, "fixed": known, "new_items": int((~known).sum())},
-        )
+        return imported_codes(cfg, ids)
+    if cfg.incremental and settings.paths.sid_map.exists():
+        return incremental_codes(settings, ids, emb)
+    if cfg.incremental:
+        log.info("sids.incremental: no SID map yet at %s, building one", settings.paths.sid_map)
     check_capacity(len(ids), cfg)
     started = time.perf_counter()
     quantizer, raw = train_quantizer(emb, settings)
-    return (
+    seconds = round(time.perf_counter() - started, 2)
+    return Codes(
         raw,
         quantizer,
-        {
-            "mode": "full",
-            "raw": raw,
-            "fixed": None,
-            "train_seconds": round(time.perf_counter() - started, 2),
-        },
+        True,
+        cfg.method,
+        "full",
+        cfg.codebook_size,
+        facts={"train_seconds": seconds},
     )
+
+
+def imported_codes(cfg: SidsConfig, ids: list[str]) -> Codes:
+    """The codes of a MiniOneRec ``.index.json`` (``sids.import_index``)."""
+    assert cfg.import_index is not None
+    imported = read_minionerec_index(cfg.import_index)
+    missing = [i for i in ids if i not in imported]
+    if missing:
+        raise InputError(
+            f"{len(missing)} catalog item(s) have no SID in the index",
+            path=cfg.import_index,
+            values=missing[:5],
+        )
+    raw = np.array([imported[i] for i in ids], dtype=np.int64)
+    if collision_stats(raw).collision_rate > 0 and not cfg.resolve_imported_collisions:
+        from models.sid import check_sid_map
+
+        check_sid_map({i: imported[i] for i in ids}, cfg.import_index)  # raises, naming clashes
+    k = max(cfg.codebook_size, int(raw.max()) + 1)
+    return Codes(raw, None, False, "import", "import", k, facts={})
+
+
+def incremental_codes(settings: Settings, ids: list[str], emb: np.ndarray) -> Codes:
+    """Items of the previous map keep their SIDs; new items are coded by the saved quantizer."""
+    paths = settings.paths
+    previous = read_sid_map(paths.sid_map)
+    quantizer = load_quantizer(paths.quantizer)
+    known = np.array([i in previous for i in ids])
+    width = len(next(iter(previous.values())))
+    raw = np.zeros((len(ids), width), dtype=np.int64)
+    raw[:, : quantizer.levels] = quantizer.encode(emb)
+    for row in np.flatnonzero(known):
+        raw[row] = previous[ids[row]]
+    if width > quantizer.levels:  # the map has a disambiguation level: new items take free indices
+        _extend_extra_level(raw, known, quantizer.levels)
+    cfg = settings.sids
+    facts = {"new_items": int((~known).sum())}
+    return Codes(raw, quantizer, False, cfg.method, "incremental", cfg.codebook_size, facts, known)
 
 
 def _extend_extra_level(raw: np.ndarray, known: np.ndarray, levels: int) -> None:
@@ -199,14 +218,10 @@ def _extend_extra_level(raw: np.ndarray, known: np.ndarray, levels: int) -> None
         taken.add(int(raw[row, -1]))
 
 
-def resolve(
-    raw: np.ndarray,
-    quantizer: Quantizer | None,
-    emb: np.ndarray,
-    facts: dict[str, Any],
-    cfg: SidsConfig,
-) -> Any:
-    k = facts.get("codebook_size", cfg.codebook_size)
+def resolve(codes: Codes, emb: np.ndarray) -> Any:
+    """Unique SIDs: colliding items move to free last-level codes (cheapest by the quantizer's
+    distances), or get an extra level when that cannot suffice and no SID is fixed."""
+    quantizer, raw = codes.quantizer, codes.raw
     costs = None
     if quantizer is not None and raw.shape[1] == quantizer.levels:
         levels = quantizer.levels
@@ -214,67 +229,63 @@ def resolve(
         def costs(rows: np.ndarray) -> np.ndarray:
             return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
 
-    incremental = facts["mode"] == "incremental"
     try:
         return resolve_collisions(
             raw,
-            codebook_size=k,
+            codebook_size=codes.codebook_size,
             last_level_costs=costs,
-            fixed=facts.get("fixed"),
-            allow_extra_level=not incremental,
+            fixed=codes.fixed,
+            allow_extra_level=codes.fixed is None,
         )
     except CatalogTooLarge as exc:
-        hint = "; run a full rebuild (sids.incremental=false)" if incremental else ""
+        hint = "; run a full rebuild (sids.incremental=false)" if codes.fixed is not None else ""
         raise ConfigError(f"sids: {exc}{hint}") from None
 
 
 def sids(settings: Settings) -> StageResult:
-    cfg = settings.sids
     paths = settings.paths
     items = read_table(paths.validated("items"), ITEMS, "validated items")
     emb = load_embeddings(settings, items)
-    raw, quantizer, facts = build(settings, items, emb)
-    resolution = resolve(raw, quantizer, emb, facts, cfg)
+    codes = build(settings, items, emb)
+    resolution = resolve(codes, emb)
     final = resolution.codes
-    before, after = collision_stats(raw), collision_stats(final)
+    before, after = collision_stats(codes.raw), collision_stats(final)
     assert after.collision_rate == 0.0, "collision resolution must leave every SID unique"
     sid_map = {
         item: [int(c) for c in row] for item, row in zip(items["item_id"], final, strict=True)
     }
+    quantizer = codes.quantizer
     report: dict[str, Any] = {
         "dataset": settings.project.dataset,
-        "method": "import" if facts["mode"] == "import" else cfg.method,
-        "mode": facts["mode"],
+        "method": codes.method,
+        "mode": codes.mode,
         "items": len(items),
         "levels": int(final.shape[1]),
-        "codebook_size": facts.get("codebook_size", cfg.codebook_size),
+        "codebook_size": codes.codebook_size,
         "collision_rate_before": round(before.collision_rate, 6),
         "collision_rate_after": after.collision_rate,
         "largest_collision_group": before.largest_group,
         "reassigned_last_level": resolution.reassigned,
         "extra_level": resolution.extra_level,
-        "level_usage": level_usage(final, facts.get("codebook_size", cfg.codebook_size)),
+        "level_usage": level_usage(final, codes.codebook_size),
         "reconstruction_error": round(
-            quantizer.reconstruction_error(emb, raw[:, : quantizer.levels]), 6
+            quantizer.reconstruction_error(emb, codes.raw[:, : quantizer.levels]), 6
         )
         if quantizer
         else None,
+        **codes.facts,
     }
-    for key in ("train_seconds", "new_items"):
-        if key in facts:
-            report[key] = facts[key]
     outputs = [paths.sid_map, paths.code_usage_plot, paths.metrics("sids")]
     with AtomicOutputs() as out:
         out.json(sid_map, paths.sid_map)
-        if quantizer is not None and facts["mode"] == "full":
+        if codes.trained:
+            assert quantizer is not None
             out.stage(paths.quantizer, lambda tmp: save_quantizer(quantizer, tmp))
             outputs.append(paths.quantizer)
         out.stage(paths.code_usage_plot, lambda tmp: plot_code_usage(final, report, tmp))
         out.json(report, paths.metrics("sids"))
-    if facts["mode"] == "import":
-        paths.quantizer.unlink(
-            missing_ok=True
-        )  # a quantizer from an earlier build does not match this map
+    if quantizer is None:  # a quantizer from an earlier build does not match an imported map
+        paths.quantizer.unlink(missing_ok=True)
     log.info(
         "SIDs for %d items: collision rate %.4f -> 0 (%d reassigned, extra level: %s)",
         len(items),
@@ -282,7 +293,12 @@ def sids(settings: Settings) -> StageResult:
         resolution.reassigned,
         resolution.extra_level,
     )
-    return StageResult.from_files("sids", outputs, report)
+    summary = (
+        f"{len(items):,} SIDs x {report['levels']} levels · collisions "
+        f"{report['collision_rate_before']:.4f} → {after.collision_rate:.4f} · level-1 usage "
+        f"{report['level_usage'][0]['usage']:.0%}"
+    )
+    return StageResult.from_files("sids", outputs, report, summary)
 
 
 def plot_code_usage(codes: np.ndarray, report: dict[str, Any], path: Path) -> None:

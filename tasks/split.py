@@ -25,21 +25,11 @@ from sidrec.config import Settings, SplitConfig
 from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.paths import SPLITS
+from sidrec.protocol import user_sequences
 from sidrec.schemas import INTERACTIONS, SPLIT
 from sidrec.stage import StageResult
 
 log = logging.getLogger(__name__)
-
-
-def user_sequences(inter: pd.DataFrame) -> pd.DataFrame:
-    """Interactions by (user, timestamp), ties in source row order, with each row's source
-    ``row``, its position ``pos`` in its user's sequence and the sequence ``length``."""
-    # `row` makes the tie rule explicit rather than relying on a multi-key sort being stable
-    ordered = inter.assign(row=np.arange(len(inter)))
-    ordered = ordered.sort_values(["user_id", "timestamp", "row"]).reset_index(drop=True)
-    ordered["pos"] = ordered.groupby("user_id", sort=False).cumcount()
-    ordered["length"] = ordered.groupby("user_id", sort=False)["pos"].transform("size")
-    return ordered
 
 
 def samples(seq: pd.DataFrame, max_history: int) -> pd.DataFrame:
@@ -106,7 +96,8 @@ def split(settings: Settings) -> StageResult:
             out.parquet(parts[name], paths.split(name), SPLIT)
         out.json(metrics, outputs[-1])
     log.info("split %s: %s", settings.split.method, {n: metrics[n]["rows"] for n in SPLITS})
-    return StageResult.from_files("split", outputs, metrics)
+    summary = " · ".join(f"{s} {metrics[s]['rows']:,}" for s in SPLITS)
+    return StageResult.from_files("split", outputs, metrics, summary)
 
 
 @task(name="split", cache_policy=StageCache(stage="split"), persist_result=True)

@@ -19,9 +19,9 @@ from prefect import task
 from sidrec.config import Settings, ValidateConfig
 from sidrec.errors import InputError, ValidationFailed
 from sidrec.io import AtomicOutputs, atomic_write_json
-from sidrec.orchestration import StageCache, publish_markdown, publish_table
+from sidrec.orchestration import StageCache, publish_markdown, publish_stats
 from sidrec.schemas import INTERACTIONS, ITEMS
-from sidrec.stage import StageResult
+from sidrec.stage import StageResult, dataset_line
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def validate(settings: Settings) -> StageResult:
         users_dropped,
         cfg.min_user_interactions,
     )
-    return StageResult.from_files("validate", outputs, report)
+    return StageResult.from_files("validate", outputs, report, dataset_line(report))
 
 
 def report_markdown(report: dict[str, Any], summary: str | None = None) -> str:
@@ -285,13 +285,10 @@ def validate_task(settings: Settings) -> StageResult:
         "validation-report", dataset, report_markdown(result.metrics), "Validation passed"
     )
     m = result.metrics
-    publish_table(
+    publish_stats(
         "dataset-stats",
         dataset,
-        [
-            {"stat": k, "value": m[k]}
-            for k in ("users", "items", "interactions", "users_below_min_interactions")
-        ],
+        {k: m[k] for k in ("users", "items", "interactions", "users_below_min_interactions")},
         description=f"{dataset} after validation and the minimum-activity filter",
     )
     return result

@@ -1,0 +1,69 @@
+"""Stage inputs several stages read the same way: the catalog with its SID map, each user's
+recent rows, and the shared recommender around a trained model folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from models.recommender import SidRecommender
+from models.sid import SidMap, read_sid_map
+from sidrec.config import Settings
+from sidrec.errors import InputError
+from sidrec.io import read_table
+from sidrec.schemas import ITEMS, SPLIT
+
+
+def load_catalog_and_map(settings: Settings) -> tuple[pd.DataFrame, SidMap]:
+    """The catalog and its SID map, checked against each other (a clear error before training)."""
+    paths = settings.paths
+    items = read_table(paths.validated("items"), ITEMS, "validated items")
+    sid_map = read_sid_map(paths.sid_map)
+    missing = [i for i in items["item_id"] if i not in sid_map]
+    extra = len(set(sid_map) - set(items["item_id"]))
+    if missing or extra:
+        raise InputError(
+            f"SID map does not match the catalog: {len(missing)} catalog item(s) without a SID, "
+            f"{extra} SID(s) for unknown items; re-run `sidrec sids`",
+            path=paths.sid_map,
+            values=missing[:5],
+        )
+    return items, sid_map
+
+
+def read_split(settings: Settings, name: str) -> pd.DataFrame:
+    """One split (``train``, ``valid`` or ``test``), checked against its schema."""
+    return read_table(settings.paths.split(name), SPLIT, f"{name} split")
+
+
+def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
+    """Each user's most recent ``per_user`` rows (all when None)."""
+    if per_user is None:
+        return split
+    return (
+        split.sort_values("timestamp", kind="stable").groupby("user_id", sort=False).tail(per_user)
+    )
+
+
+def load_recommender(
+    settings: Settings, folder: Path, sid_map: SidMap, item_ids: list[str], *, missing_hint: str
+) -> SidRecommender:
+    """A trained model folder behind the shared recommender, ranking as evaluate ranks (its
+    beam width, batch size, context and history length); clear errors for a missing folder or
+    a folder trained with another SID map."""
+    try:
+        return SidRecommender.from_dir(
+            folder,
+            missing_hint=missing_hint,
+            sid_map=sid_map,
+            item_ids=item_ids,
+            max_length=settings.model.max_length,
+            num_beams=settings.evaluate.num_beams,
+            max_history=settings.split.max_history,
+            batch_size=settings.evaluate.batch_size,
+        )
+    except ValueError as exc:
+        raise InputError(
+            f"the SID map does not match the model's tokenizer: {exc}", path=folder
+        ) from None
