@@ -321,7 +321,7 @@ def download_champion(client: Any, name: str, dest: Path) -> ChampionFiles | Non
     return None if version is None else download_version(client, name, version, dest)
 
 
-def champion_start(settings: Settings, dest: Path, *, purpose: str) -> Path | None:
+def champion_start(settings: Settings, dest: Path, *, purpose: str = "warm start") -> Path | None:
     """The champion's model folder, downloaded under ``dest`` to continue training from it
     (``purpose`` names the setting that asked, for the log); None without a champion."""
     name = model_name(settings)

@@ -1,22 +1,42 @@
-"""Shared fixtures: a throw-away project folder with the repo's params.yaml, tiny datasets."""
+"""Shared fixtures: one way to make a project, its settings, its files and its model.
+
+- ``project`` (``make_project`` at other scopes): a throw-away project folder holding a copy
+  of the repo's params.yaml.
+- ``make_settings`` / ``csv_settings``: that project's settings with some keys replaced.
+- ``write_csv_dataset``, ``write_validated_catalog``, ``write_embeddings``: one stage's files,
+  written directly.
+- ``tiny_project`` and ``tiny_model``: the tiny recommender (12 items, their SIDs, 8 users) and
+  its random tiny model, written in seconds, for the tests of what is registered and served.
+- ``synthetic_project`` and ``prepared``: a catalog where item i is followed by item i + 1,
+  run from raw CSV to SIDs and SASRec, for the tests that train.
+- ``sid_maps``: random SID maps (a hypothesis strategy).
+- ``amazon``: Amazon reviews files (2018 and 2023 formats).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import gzip
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 import yaml
 
 from sidrec.config import Settings, load_settings
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sidrec.sources.common import SourceTables
+
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# real MiniOneRec files, trimmed (see its README.md for the origin)
-MINIONEREC_SAMPLE = FIXTURES / "minionerec-sample"
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -27,29 +47,84 @@ os.environ["MLFLOW_TRACKING_URI"] = (
     f"sqlite:///{tempfile.mkdtemp(prefix='sidrec-mlflow-')}/mlflow.db"
 )
 
+Sections = Mapping[str, Mapping[str, Any]]
+"""``{section: {key: value}}``: keys of params.yaml to replace."""
+
+
+# ---------------------------------------------------------------- the project and its settings
+
+
+def _new_project(folder: Path) -> Path:
+    shutil.copy(REPO / "params.yaml", folder / "params.yaml")
+    return folder
+
+
+def _overrides(*layers: Sections) -> list[str]:
+    """``section.key=value`` overrides (values as YAML); a later layer wins key by key."""
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            merged[section] = {**merged.get(section, {}), **values}
+    return [
+        f"{section}.{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"
+        for section, values in merged.items()
+        for key, value in values.items()
+    ]
+
+
+def _settings(root: Path, *layers: Sections) -> Settings:
+    return load_settings(root / "params.yaml", _overrides(*layers))
+
+
+@pytest.fixture(scope="session")
+def make_project() -> Callable[[Path], Path]:
+    """``make_project(folder)``: the folder, holding a copy of the repo's params.yaml (for
+    projects shared by a module; a test's own is ``project``)."""
+    return _new_project
+
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project folder (cwd) holding a copy of the repo's params.yaml."""
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return _new_project(tmp_path)
 
 
-def make_settings(root: Path, /, **sections: dict) -> Settings:
-    """Settings from the project's params.yaml with some sections' keys replaced."""
-    overrides = [
-        f"{sec}.{key}={yaml.safe_dump(val, default_flow_style=True).strip()}"
-        for sec, kv in sections.items()
-        for key, val in kv.items()
-    ]
-    return load_settings(root / "params.yaml", overrides)
+@pytest.fixture(scope="session")
+def make_settings() -> Callable[..., Settings]:
+    """``make_settings(root, **sections)``: settings from ``root/params.yaml`` with the
+    sections' keys replaced."""
+
+    def make(root: Path, /, **sections: dict[str, Any]) -> Settings:
+        return _settings(root, sections)
+
+    return make
 
 
-def write_csv_dataset(
+@pytest.fixture(scope="session")
+def csv_settings() -> Callable[..., Settings]:
+    """``csv_settings(root, inter, items, dataset="tiny", **sections)``: settings that ingest the
+    CSV files ``inter`` and ``items`` (users need 3 interactions)."""
+
+    def make(
+        root: Path, inter: Path, items: Path, dataset: str = "tiny", **sections: dict[str, Any]
+    ) -> Settings:
+        source: Sections = {
+            "project": {"dataset": dataset},
+            "ingest": {"source": "csv", "interactions": str(inter), "items": str(items)},
+            "validate": {"min_user_interactions": 3},
+        }
+        return _settings(root, source, sections)
+
+    return make
+
+
+# ---------------------------------------------------------------- one stage's files
+
+
+def _write_csv_dataset(
     folder: Path, interactions: str | None = None, items: str | None = None
 ) -> tuple[Path, Path]:
-    """A small valid CSV dataset (3 users x 4 interactions, 4 items) unless text is given."""
     folder.mkdir(parents=True, exist_ok=True)
     if interactions is None:
         rows = ["user_id,item_id,timestamp,rating"]
@@ -65,16 +140,425 @@ def write_csv_dataset(
     return inter_path, items_path
 
 
-def csv_settings(
-    project: Path, inter: Path, items: Path, dataset: str = "tiny", **extra: dict
-) -> Settings:
-    return make_settings(
-        project,
-        project={"dataset": dataset},
-        ingest={"source": "csv", "interactions": str(inter), "items": str(items)},
-        validate={"min_user_interactions": 3},
-        **extra,
+@pytest.fixture(scope="session")
+def write_csv_dataset() -> Callable[..., tuple[Path, Path]]:
+    """``write_csv_dataset(folder, interactions=None, items=None)``: ``interactions.csv`` and
+    ``items.csv`` in ``folder`` from the given text, by default a small valid dataset (3 users x
+    4 interactions, 4 items); returns their paths."""
+    return _write_csv_dataset
+
+
+def _write_validated_catalog(settings: Settings, n_items: int) -> list[str]:
+    import pandas as pd
+
+    from sidrec.io import AtomicOutputs
+    from sidrec.schemas import ITEMS
+
+    topics = ["space", "love", "war", "crime", "music", "sport", "food", "travel"]
+    items = pd.DataFrame(
+        {
+            "item_id": [f"i{k}" for k in range(n_items)],
+            "title": [f"A film about {topics[k % len(topics)]} number {k}" for k in range(n_items)],
+            "genres": [topics[k % len(topics)] for k in range(n_items)],
+        }
     )
+    with AtomicOutputs() as out:
+        out.parquet(items, settings.paths.validated("items"), ITEMS)
+    return items["item_id"].tolist()
+
+
+@pytest.fixture(scope="session")
+def write_validated_catalog() -> Callable[[Settings, int], list[str]]:
+    """``write_validated_catalog(settings, n_items)``: ``data/validated/<ds>/items.parquet`` with
+    ``n_items`` titled items (for the embed and sids stages); returns their ids."""
+    return _write_validated_catalog
+
+
+def _write_embeddings(settings: Settings, emb: Any, item_ids: list[str]) -> None:
+    import numpy as np
+
+    from sidrec.io import atomic_write_json
+    from sidrec.protocol import catalog_fingerprint
+
+    settings.paths.item_emb.parent.mkdir(parents=True, exist_ok=True)
+    np.save(settings.paths.item_emb, np.asarray(emb, dtype=np.float32))
+    atomic_write_json(
+        settings.paths.item_emb_manifest,
+        {
+            "items": len(item_ids),
+            "dim": int(np.shape(emb)[1]),
+            "item_ids_sha256": catalog_fingerprint(item_ids),
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def write_embeddings() -> Callable[[Settings, Any, list[str]], None]:
+    """``write_embeddings(settings, emb, item_ids)``: ``item_emb.npy`` and its manifest as the
+    embed stage writes them, from a given matrix."""
+    return _write_embeddings
+
+
+# ---------------------------------------------------------------- the tiny recommender
+
+_LEVELS, _CODES = 2, 4
+_ITEM_IDS = [f"i{n}" for n in range(12)]
+_TITLES = {
+    i: f"Film number {n} about {['space', 'love', 'war'][n % 3]}" for n, i in enumerate(_ITEM_IDS)
+}
+
+
+def _save_tiny_model(target: Path, seed: int = 0) -> Path:
+    from models.lm import add_sid_tokens, build_tiny, train_tokenizer
+    from models.prompts import seq_rec_prompt
+
+    texts = [*_TITLES.values(), seq_rec_prompt([]), "The user interacted with . Next item:"] * 3
+    tokenizer = train_tokenizer(texts, 300)
+    add_sid_tokens(tokenizer, _LEVELS, _CODES)
+    model = build_tiny(
+        tokenizer,
+        hidden_size=16,
+        layers=1,
+        heads=2,
+        kv_heads=1,
+        intermediate_size=32,
+        max_length=64,
+        seed=seed,
+    )
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Callable[..., Path]:
+    """``tiny_model(target, seed=0)``: the tiny model folder at ``target``, as sft saves it: a
+    random tiny Qwen2 and a tokenizer trained on the tiny project's titles, with its SID tokens
+    (two levels of four codes). Returns ``target``."""
+    return _save_tiny_model
+
+
+class TinyProject:
+    """The tiny recommender: 12 titled items with two-level SIDs, 8 users' histories, settings
+    that run every stage on them in seconds, and random tiny models (tests assert structure,
+    not quality)."""
+
+    item_ids: ClassVar[list[str]] = _ITEM_IDS
+    titles: ClassVar[dict[str, str]] = _TITLES
+    sid_map: ClassVar[dict[str, list[int]]] = {
+        i: [n // _CODES, n % _CODES] for n, i in enumerate(_ITEM_IDS)
+    }
+    users: ClassVar[dict[str, list[str]]] = {
+        "u1": ["i0", "i1", "i2", "i3"],
+        "u2": ["i5", "i4"],
+        "u3": ["i7", "i8", "i9", "i10", "i11"],
+        "u4": ["i2", "i3", "i4", "i5"],
+        "u5": ["i6", "i7", "i8"],
+        "u6": ["i0", "i2", "i4", "i6"],
+        "u7": ["i1", "i3", "i5", "i7", "i9"],
+        "u8": ["i11", "i10", "i9", "i8"],
+    }
+    """Interactions in time order; u1, u4, u5, u7 and u8 are in the validation gate half."""
+    preset: ClassVar[Sections] = {
+        "project": {"dataset": "tiny"},
+        "model": {"max_length": 64},
+        "split": {"max_history": 3},
+        "grpo": {"enabled": False},
+        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "bootstrap_resamples": 200},
+        "sasrec": {"max_epochs": 2},
+        "register": {"top_k": 5},
+    }
+    """The keys every settings of the tiny project replaces."""
+
+    def catalog(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            {"item_id": self.item_ids, "title": [self.titles[i] for i in self.item_ids]}
+        )
+
+    def overrides(self, **sections: dict[str, Any]) -> list[str]:
+        """``--set`` overrides of the tiny project (``sections`` replace or add keys)."""
+        return _overrides(self.preset, sections)
+
+    def settings(self, root: Path, **sections: dict[str, Any]) -> Settings:
+        return _settings(root, self.preset, sections)
+
+    def write(self, settings: Settings, *, grpo_model: bool = False) -> None:
+        """Validated catalog and interactions, SID map and the SFT (and optionally GRPO) model."""
+        import pandas as pd
+
+        from sidrec.io import AtomicOutputs, atomic_write_json
+        from sidrec.schemas import INTERACTIONS, ITEMS
+
+        paths = settings.paths
+        rows = [
+            (user, item, 1_600_000_000 + 10 * k)
+            for user, items in self.users.items()
+            for k, item in enumerate(items)
+        ]
+        inter = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+        with AtomicOutputs() as out:
+            out.parquet(self.catalog(), paths.validated("items"), ITEMS)
+            out.parquet(inter, paths.validated("interactions"), INTERACTIONS)
+        atomic_write_json(paths.sid_map, self.sid_map)
+        _save_tiny_model(paths.sft_model, seed=0)
+        if grpo_model:
+            _save_tiny_model(paths.grpo_model, seed=1)
+
+    def evaluate(self, settings: Settings) -> dict[str, Any]:
+        """split → baselines → evaluate: a real ``metrics/eval.json`` with per-user scores and
+        fingerprints of today's files. Returns the report."""
+        from tasks.baselines import baselines
+        from tasks.evaluate import evaluate
+        from tasks.split import split
+
+        split(settings)
+        baselines(settings)
+        return evaluate(settings).metrics
+
+
+@pytest.fixture(scope="session")
+def tiny_project() -> TinyProject:
+    """The tiny recommender: its data (``item_ids``, ``titles``, ``sid_map``, ``users``,
+    ``catalog()``), ``settings(root, **sections)`` / ``overrides(**sections)`` and
+    ``write(settings)`` / ``evaluate(settings)``, which write its files."""
+    return TinyProject()
+
+
+# ---------------------------------------------------------------- the synthetic catalog
+
+
+@dataclass(frozen=True)
+class SyntheticProject:
+    """A catalog where item i is followed by item i + 1: user u interacts with items u, u + 1,
+    … u + 7 (mod ``n_items``), so with as many users as items every item starts one user and
+    popularity is flat, while i → i + 1 is learnable. Items get random unit embeddings."""
+
+    n_items: int = 60
+    n_users: int = 60
+    emb_dim: int = 16
+    preset: ClassVar[Sections] = {
+        "project": {"dataset": "syn"},
+        "ingest": {
+            "source": "csv",
+            "interactions": "src/interactions.csv",
+            "items": "src/items.csv",
+        },
+        "sids": {"method": "rqkmeans", "levels": 2, "codebook_size": 16},
+        "model": {
+            "max_length": 128,
+            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64},
+        },
+        "sft": {
+            "epochs": 30,
+            "batch_size": 16,
+            "learning_rate": 0.005,
+            "eval_rows": 20,
+            "logging_steps": 5,
+        },
+        "sasrec": {"max_epochs": 3},
+        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8},
+        # these settings evaluate the SFT model; tests/test_grpo.py turns GRPO on
+        "grpo": {"enabled": False},
+    }
+    """The keys every settings of the synthetic project replaces (SFT learns the pattern)."""
+
+    def settings(self, root: Path, **sections: dict[str, Any]) -> Settings:
+        return _settings(root, self.preset, sections)
+
+    def write(self, settings: Settings) -> None:
+        """Raw CSV files at the settings' ingest paths → ingest → validate → split, random unit
+        embeddings → sids."""
+        import numpy as np
+
+        from tasks.ingest import ingest
+        from tasks.sids import sids
+        from tasks.split import split
+        from tasks.validate import validate
+
+        rows = [
+            f"u{u},i{(u + k) % self.n_items},{1_600_000_000 + 1000 * u + k}"
+            for u in range(self.n_users)
+            for k in range(8)
+        ]
+        titles = [f"i{n},Item {n} in group {n % 5}" for n in range(self.n_items)]
+        assert settings.ingest.interactions and settings.ingest.items, "a csv source is needed"
+        for path, text in [
+            (settings.ingest.interactions, "user_id,item_id,timestamp\n" + "\n".join(rows)),
+            (settings.ingest.items, "item_id,title\n" + "\n".join(titles)),
+        ]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n")
+        for stage in (ingest, validate, split):
+            stage(settings)
+        emb = np.random.default_rng(0).normal(size=(self.n_items, self.emb_dim)).astype(np.float32)
+        _write_embeddings(
+            settings,
+            emb / np.linalg.norm(emb, axis=1, keepdims=True),
+            [f"i{n}" for n in range(self.n_items)],
+        )
+        sids(settings)
+
+
+@pytest.fixture(scope="session")
+def synthetic_project() -> SyntheticProject:
+    """The synthetic catalog (60 items, 60 users): ``settings(root, **sections)`` and
+    ``write(settings)``; ``dataclasses.replace`` resizes it."""
+    return SyntheticProject()
+
+
+@pytest.fixture
+def prepared(project: Path, synthetic_project: SyntheticProject) -> Settings:
+    """The synthetic project ready to train: raw → validated → splits → random embeddings →
+    SIDs → SASRec."""
+    from tasks.baselines import baselines
+
+    settings = synthetic_project.settings(project)
+    synthetic_project.write(settings)
+    baselines(settings)
+    return settings
+
+
+# ---------------------------------------------------------------- random SID maps
+
+
+@pytest.fixture(scope="session")
+def sid_maps() -> Callable[[int, int], Any]:
+    """``sid_maps(max_levels, max_codes)``: a hypothesis strategy of SID maps (distinct tuples
+    of one length, 1 to ``max_levels`` codes of 0 to ``max_codes`` - 1, at most 60 of them)."""
+    from hypothesis import strategies as st
+
+    def strategy(max_levels: int, max_codes: int) -> st.SearchStrategy[list[tuple[int, ...]]]:
+        return st.integers(1, max_levels).flatmap(
+            lambda levels: st.integers(1, max_codes).flatmap(
+                lambda k: st.lists(
+                    st.tuples(*[st.integers(0, k - 1)] * levels),
+                    min_size=1,
+                    max_size=min(60, k**levels),
+                    unique=True,
+                )
+            )
+        )
+
+    return strategy
+
+
+# ---------------------------------------------------------------- Amazon reviews files
+
+
+class AmazonFiles:
+    """Amazon reviews and metadata records (2018 and 2023 formats), their JSON lines files and
+    the reader's tables."""
+
+    @staticmethod
+    def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+        """JSON lines, gzip-compressed when the name ends in ``.gz``."""
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        if path.suffix == ".gz":
+            path.write_bytes(gzip.compress(text.encode("utf-8")))
+        else:
+            path.write_text(text, encoding="utf-8")
+        return path
+
+    @staticmethod
+    def review18(user: str, item: str, t: int, rating: float = 5.0) -> dict[str, Any]:
+        stamp = dt.datetime.fromtimestamp(t, dt.UTC)
+        return {
+            "reviewerID": user,
+            "asin": item,
+            "overall": rating,
+            "unixReviewTime": t,
+            "reviewTime": f"{stamp:%m %d, %Y}",
+            "reviewerName": f"Name of {user}",
+            "reviewText": "Works as described.",
+            "summary": "Fine",
+            "verified": True,
+        }
+
+    @staticmethod
+    def meta18(item: str, title: Any, **extra: Any) -> dict[str, Any]:
+        record = {
+            "asin": item,
+            "title": title,
+            "description": [f"About {item}."],
+            "brand": "Acme",
+            "category": ["Industrial & Scientific", "Tapes"],
+            "price": "$9.99",
+            "also_buy": [],
+            "feature": ["Strong"],
+        }
+        record.update(extra)
+        return record
+
+    @staticmethod
+    def review23(user: str, item: str, t_ms: int, rating: float = 5.0) -> dict[str, Any]:
+        return {
+            "user_id": user,
+            "parent_asin": item,
+            "asin": item + "-variant",
+            "rating": rating,
+            "timestamp": t_ms,
+            "title": "Great",
+            "text": "Works as described.",
+            "images": [],
+            "helpful_vote": 2,
+            "verified_purchase": True,
+        }
+
+    @staticmethod
+    def meta23(item: str, title: Any, **extra: Any) -> dict[str, Any]:
+        record = {
+            "parent_asin": item,
+            "main_category": "Industrial & Scientific",
+            "title": title,
+            "average_rating": 4.5,
+            "rating_number": 10,
+            "features": ["Strong", "Cheap"],
+            "description": [f"About {item}."],
+            "price": 9.99,
+            "store": "Acme",
+            "categories": ["Industrial & Scientific", "Tapes"],
+            "details": {"Color": "Black"},
+        }
+        record.update(extra)
+        return record
+
+    def read(
+        self, folder: Path, reviews: list, meta: list, *, gz: bool = False, **cfg: Any
+    ) -> SourceTables:
+        """The reader's tables of ``reviews.jsonl[.gz]`` and ``meta.jsonl[.gz]`` in ``folder``
+        (k-core 1 unless given)."""
+        from sidrec.config import AmazonConfig
+        from sidrec.sources.amazon import read_amazon
+
+        suffix = ".jsonl.gz" if gz else ".jsonl"
+        rpath = self.write_jsonl(folder / f"reviews{suffix}", reviews)
+        mpath = self.write_jsonl(folder / f"meta{suffix}", meta)
+        cfg.setdefault("k_core", 1)
+        return read_amazon(AmazonConfig(reviews=rpath, meta=mpath, **cfg))
+
+    @staticmethod
+    def triples(tables: SourceTables) -> list[tuple[str, str, int]]:
+        inter = tables.interactions
+        return list(
+            zip(inter["user_id"], inter["item_id"], inter["timestamp"].astype(int), strict=True)
+        )
+
+    @staticmethod
+    def item_row(tables: SourceTables, item: str) -> dict[str, Any]:
+        return tables.items.set_index("item_id").loc[item].to_dict()
+
+
+@pytest.fixture(scope="session")
+def amazon() -> AmazonFiles:
+    """Amazon reviews files: ``review18``/``meta18``/``review23``/``meta23`` records,
+    ``write_jsonl``, ``read(folder, reviews, meta, gz=False, **cfg)``, ``triples`` and
+    ``item_row`` of the tables read."""
+    return AmazonFiles()
+
+
+# ---------------------------------------------------------------- Prefect, and files unchanged
 
 
 @pytest.fixture
@@ -106,42 +590,3 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
-
-
-def write_validated_catalog(settings: Settings, n_items: int) -> list[str]:
-    """``data/validated/<ds>/items.parquet`` with ``n_items`` titled items (for embed/sids tests)."""
-    import pandas as pd
-
-    from sidrec.io import AtomicOutputs
-    from sidrec.schemas import ITEMS
-
-    topics = ["space", "love", "war", "crime", "music", "sport", "food", "travel"]
-    items = pd.DataFrame(
-        {
-            "item_id": [f"i{k}" for k in range(n_items)],
-            "title": [f"A film about {topics[k % len(topics)]} number {k}" for k in range(n_items)],
-            "genres": [topics[k % len(topics)] for k in range(n_items)],
-        }
-    )
-    with AtomicOutputs() as out:
-        out.parquet(items, settings.paths.validated("items"), ITEMS)
-    return items["item_id"].tolist()
-
-
-def write_embeddings(settings: Settings, emb, item_ids: list[str]) -> None:
-    """``item_emb.npy`` + manifest as the embed stage writes them, from a given matrix."""
-    import numpy as np
-
-    from sidrec.io import atomic_write_json
-    from tasks.embed import catalog_fingerprint
-
-    settings.paths.item_emb.parent.mkdir(parents=True, exist_ok=True)
-    np.save(settings.paths.item_emb, np.asarray(emb, dtype=np.float32))
-    atomic_write_json(
-        settings.paths.item_emb_manifest,
-        {
-            "items": len(item_ids),
-            "dim": int(np.shape(emb)[1]),
-            "item_ids_sha256": catalog_fingerprint(item_ids),
-        },
-    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,11 +14,6 @@ from sidrec.io import read_table
 from sidrec.protocol import validation_half
 from sidrec.schemas import SPLIT
 from tasks.baselines import baselines, sasrec_config
-from tasks.ingest import ingest
-from tasks.sids import sids
-from tasks.split import split
-from tasks.validate import validate
-from tests.conftest import csv_settings, write_csv_dataset, write_embeddings
 
 N_ITEMS, N_USERS = 30, 24
 ITEM_IDS = [f"i{n}" for n in range(N_ITEMS)]
@@ -25,38 +21,23 @@ SASREC = {"hidden": 16, "heads": 2, "blocks": 1, "max_epochs": 4, "patience": 2}
 
 
 @pytest.fixture
-def prepared(project):
+def split_project(project, csv_settings, synthetic_project):
     """Splits and a SID map of a 30-item catalog where item i is followed by item i + 1."""
-    rows = [
-        f"u{u},i{(u + k) % N_ITEMS},{1_600_000_000 + 1000 * u + k}"
-        for u in range(N_USERS)
-        for k in range(8)
-    ]
-    titles = [f"i{n},Item {n} in group {n % 5}" for n in range(N_ITEMS)]
-    inter, items = write_csv_dataset(
-        project / "src",
-        "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n",
-        "item_id,title\n" + "\n".join(titles) + "\n",
-    )
     settings = csv_settings(
         project,
-        inter,
-        items,
+        project / "src" / "interactions.csv",
+        project / "src" / "items.csv",
         dataset="base",
         sasrec=SASREC,
         sids={"method": "rqkmeans", "levels": 2, "codebook_size": 8},
     )
-    for stage in (ingest, validate, split):
-        stage(settings)
-    emb = np.random.default_rng(0).normal(size=(N_ITEMS, 8)).astype(np.float32)
-    write_embeddings(settings, emb / np.linalg.norm(emb, axis=1, keepdims=True), ITEM_IDS)
-    sids(settings)
+    replace(synthetic_project, n_items=N_ITEMS, n_users=N_USERS, emb_dim=8).write(settings)
     return settings
 
 
-def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(prepared):
-    paths = prepared.paths
-    result = baselines(prepared)
+def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(split_project):
+    paths = split_project.paths
+    result = baselines(split_project)
     m = json.loads(paths.metrics("baselines").read_text())
     assert m == json.loads(json.dumps(result.metrics))
     assert set(result.outputs) == {
@@ -67,38 +48,38 @@ def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(prepared):
     valid = read_table(paths.split("valid"), SPLIT, "valid split")
     selection = validation_half(valid, "selection")
     assert 0 < m["valid_selection_rows"] == len(selection) < len(valid)  # never the gate half
-    assert m["max_len"] == prepared.split.max_history == 20
+    assert m["max_len"] == split_project.split.max_history == 20
     assert 1 <= m["best_epoch"] <= m["epochs_run"] <= SASREC["max_epochs"]
     assert m["windows"] > 0 and m["seconds"] >= 0
 
-    loaded = load_baseline(prepared.paths.sasrec_model, item_ids=ITEM_IDS)
-    assert loaded.best_epoch == m["best_epoch"] and loaded.config == sasrec_config(prepared)
+    loaded = load_baseline(split_project.paths.sasrec_model, item_ids=ITEM_IDS)
+    assert loaded.best_epoch == m["best_epoch"] and loaded.config == sasrec_config(split_project)
     assert evaluate_sasrec(loaded, selection)["ndcg@10"] == pytest.approx(
         m["valid_selection"]["ndcg@10"], abs=1e-6
     )
     train = read_table(paths.split("train"), SPLIT, "train split")
-    trained = train_sasrec(train, selection, ITEM_IDS, sasrec_config(prepared), progress=False)
+    trained = train_sasrec(train, selection, ITEM_IDS, sasrec_config(split_project), progress=False)
     histories = list(valid["history"])
     assert np.array_equal(
         recommend(loaded, histories, N_ITEMS), recommend(trained.model, histories, N_ITEMS)
     )
 
 
-def test_sasrec_max_len_is_the_split_history_length_unless_set(prepared):
-    assert sasrec_config(prepared).max_len == 20
-    shorter = prepared.model_copy(
-        update={"split": prepared.split.model_copy(update={"max_history": 5})}
+def test_sasrec_max_len_is_the_split_history_length_unless_set(split_project):
+    assert sasrec_config(split_project).max_len == 20
+    shorter = split_project.model_copy(
+        update={"split": split_project.split.model_copy(update={"max_history": 5})}
     )
     assert sasrec_config(shorter).max_len == 5
-    longer = prepared.model_copy(
-        update={"sasrec": prepared.sasrec.model_copy(update={"max_len": 50})}
+    longer = split_project.model_copy(
+        update={"sasrec": split_project.sasrec.model_copy(update={"max_len": 50})}
     )
     assert sasrec_config(longer).max_len == 50
 
 
-def test_a_failed_run_keeps_the_previous_model_and_metrics(prepared, monkeypatch):
-    paths = prepared.paths
-    baselines(prepared)
+def test_a_failed_run_keeps_the_previous_model_and_metrics(split_project, monkeypatch):
+    paths = split_project.paths
+    baselines(split_project)
     before = {
         p: p.read_bytes() for p in [*paths.sasrec_model.iterdir(), paths.metrics("baselines")]
     }
@@ -109,7 +90,7 @@ def test_a_failed_run_keeps_the_previous_model_and_metrics(prepared, monkeypatch
 
     monkeypatch.setattr("tasks.baselines.save_sasrec", half_then_fail)
     with pytest.raises(OSError, match="disk full"):
-        baselines(prepared)
+        baselines(split_project)
     assert {p: p.read_bytes() for p in before} == before
     assert sorted(p.name for p in paths.baselines_dir.iterdir()) == ["sasrec"]  # no staging left
 
@@ -117,20 +98,20 @@ def test_a_failed_run_keeps_the_previous_model_and_metrics(prepared, monkeypatch
 MISSING = r"sasrec: no trained SASRec model .*; run `sidrec baselines` to train it"
 
 
-def test_grpo_names_the_missing_or_stale_sasrec_model(prepared):
+def test_grpo_names_the_missing_or_stale_sasrec_model(split_project):
     from tasks.grpo import reward_functions
 
-    assert prepared.grpo.rewards.collaborative > 0
+    assert split_project.grpo.rewards.collaborative > 0
     with pytest.raises(InputError, match=MISSING):
-        reward_functions(prepared, ITEM_IDS)
-    baselines(prepared)
-    reward_functions(prepared, ITEM_IDS)  # loads now
+        reward_functions(split_project, ITEM_IDS)
+    baselines(split_project)
+    reward_functions(split_project, ITEM_IDS)  # loads now
     with pytest.raises(InputError, match=r"trained on another catalog .*run `sidrec baselines`"):
-        reward_functions(prepared, [*ITEM_IDS, "i30"])
+        reward_functions(split_project, [*ITEM_IDS, "i30"])
 
 
-def test_evaluate_names_the_missing_sasrec_model(prepared):
+def test_evaluate_names_the_missing_sasrec_model(split_project):
     from tasks.evaluate import evaluate
 
     with pytest.raises(InputError, match=MISSING):
-        evaluate(prepared)
+        evaluate(split_project)

@@ -13,7 +13,6 @@ import pytest
 from typer.testing import CliRunner
 
 from sidrec.cli import app
-from tests.conftest import write_csv_dataset
 
 runner = CliRunner()
 HEADER = "user_id,item_id,timestamp\n"
@@ -77,18 +76,25 @@ def _invoke(project: Path, inter: Path, items: Path, until: str = "validate"):
     return runner.invoke(app, args)
 
 
-def _write(project: Path, interactions, items) -> tuple[Path, Path]:
-    inter, items_path = write_csv_dataset(
-        project / "src",
-        None if isinstance(interactions, bytes) else interactions,
-        items or GOOD_ITEMS,
-    )
-    if isinstance(interactions, bytes):
-        inter.write_bytes(interactions)
-    return inter, items_path
+@pytest.fixture
+def write_input(project, write_csv_dataset):
+    """``write_input(interactions, items)``: the CSV files under ``project/src`` (bytes are
+    written as the interactions file as they are)."""
+
+    def write(interactions, items) -> tuple[Path, Path]:
+        inter, items_path = write_csv_dataset(
+            project / "src",
+            None if isinstance(interactions, bytes) else interactions,
+            items or GOOD_ITEMS,
+        )
+        if isinstance(interactions, bytes):
+            inter.write_bytes(interactions)
+        return inter, items_path
+
+    return write
 
 
-def test_valid_csv_dataset_is_accepted(project, prefect_harness):
+def test_valid_csv_dataset_is_accepted(project, prefect_harness, write_csv_dataset):
     inter, items = write_csv_dataset(project / "src")
     result = _invoke(project, inter, items, until="split")
     assert result.exit_code == 0, result.output
@@ -98,9 +104,9 @@ def test_valid_csv_dataset_is_accepted(project, prefect_harness):
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_is_rejected_cleanly(project, prefect_harness, case):
+def test_bad_input_is_rejected_cleanly(project, prefect_harness, write_input, case):
     interactions, items, expected = BAD_INPUTS[case]
-    inter, items_path = _write(project, interactions, items)
+    inter, items_path = write_input(interactions, items)
     result = _invoke(project, inter, items_path)
     assert result.exit_code == 1, result.output
     assert "error:" in result.output and "Traceback" not in result.output
@@ -110,7 +116,7 @@ def test_bad_input_is_rejected_cleanly(project, prefect_harness, case):
     assert not (project / "data" / "processed").exists()
 
 
-def test_nonexistent_path(project, prefect_harness):
+def test_nonexistent_path(project, prefect_harness, write_csv_dataset):
     _, items = write_csv_dataset(project / "src")
     result = _invoke(project, project / "nope.csv", items)
     assert result.exit_code == 1
@@ -128,7 +134,7 @@ def test_bad_config_is_reported_before_anything_runs(project):
     assert result.exit_code == 1 and "--until must be one of" in result.output
 
 
-def test_stage_commands_and_help(project):
+def test_stage_commands_and_help(project, write_csv_dataset):
     inter, items = write_csv_dataset(project / "src")
     flags = [
         "--source",
@@ -155,11 +161,11 @@ def test_stage_commands_and_help(project):
     assert all(cmd in help_text for cmd in ("ingest", "validate", "split", "baselines", "pipeline"))
 
 
-def test_real_process_prints_no_traceback(project, prefect_harness):
+def test_real_process_prints_no_traceback(project, prefect_harness, write_input):
     """Outside CliRunner, Prefect's own log handlers are live: they must not print a traceback."""
     from prefect.settings import PREFECT_API_URL
 
-    inter, items = _write(project, HEADER + "1,a,1600000000\n,b,1600000001\n1,c,1600000002\n", None)
+    inter, items = write_input(HEADER + "1,a,1600000000\n,b,1600000001\n1,c,1600000002\n", None)
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     cmd = [sys.executable, "-m", "sidrec", "pipeline", "--until", "validate", "--source", "csv"]
     cmd += [

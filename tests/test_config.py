@@ -7,7 +7,8 @@ import yaml
 
 from sidrec.config import Settings, apply_overrides, load_settings, parse_override
 from sidrec.errors import ConfigError
-from tests.conftest import REPO
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_repo_params_yaml_is_valid_and_matches_defaults():

@@ -1,5 +1,5 @@
-"""Deployment files: prefect.yaml, docker-compose.yml (+ .env.example, docker/), and the
-training dispatch (inline, or a child run of the train-gpu deployment)."""
+"""Deployment files: prefect.yaml, docker-compose.yml (+ .env.example, docker/); the training
+dispatch is in test_dispatch.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sidrec.stage import StageResult
-from tests.conftest import REPO, make_settings
-
+REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
 ENV_EXAMPLE = REPO / ".env.example"
 # ${VAR}, ${VAR:-default}, ${VAR:?message}; `$${VAR}` is the container's own variable
@@ -300,137 +298,3 @@ def test_init_script_requires_the_passwords():
         check=False,
     )
     assert proc.returncode != 0 and "PREFECT_DB_PASSWORD is not set" in proc.stderr
-
-
-# ---------------------------------------------------------------- training dispatch
-
-
-def _fake_training(calls: list[tuple[Any, str]]):
-    def train_recommender(settings, until="evaluate"):
-        calls.append((settings, until))
-        return {
-            "sft": StageResult(stage="sft", outputs={}, metrics={"steps": 3}),
-            "evaluate": StageResult(stage="evaluate", outputs={}, metrics={"ks": [10]}),
-        }
-
-    return train_recommender
-
-
-def _no_deployment(**kwargs):
-    raise AssertionError(f"run_deployment called with {kwargs}")
-
-
-def test_training_runs_inline_without_a_gpu_deployment(project, monkeypatch):
-    import flows.dispatch
-    import flows.train
-
-    calls: list[tuple[Any, str]] = []
-    monkeypatch.setattr(flows.train, "train_recommender", _fake_training(calls))
-    monkeypatch.setattr(flows.dispatch, "run_deployment", _no_deployment)
-    settings = make_settings(project)
-    assert settings.orchestration.gpu_deployment is None
-    results = flows.dispatch.run_training(settings, "params.yaml", None, "sft")
-    assert calls == [(settings, "sft")]
-    assert results["sft"].metrics == {"steps": 3}
-
-
-def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
-    project, prefect_harness, monkeypatch
-):
-    """run_deployment is replaced by a stand-in that runs train_remote here (as the gpu
-    worker would) and hands back the flow run as the API reports it, so the results come
-    back through Prefect's persisted-result storage as they do from a real worker."""
-    import inspect
-
-    from prefect.client.orchestration import get_client
-
-    import flows.dispatch
-    import flows.train
-
-    calls: list[tuple[Any, str]] = []
-    monkeypatch.setattr(flows.train, "train_recommender", _fake_training(calls))
-    requested: dict[str, Any] = {}
-
-    def run_deployment(**kwargs):
-        requested.update(kwargs)
-        state = flows.dispatch.train_remote(**kwargs["parameters"], return_state=True)
-        with get_client(sync_client=True) as client:
-            return client.read_flow_run(state.state_details.flow_run_id)
-
-    monkeypatch.setattr(flows.dispatch, "run_deployment", run_deployment)
-    overrides = [
-        "orchestration.gpu_deployment=train-remote/train-gpu",
-        "orchestration.gpu_timeout_s=4321",
-    ]
-    settings = make_settings(
-        project, orchestration={"gpu_deployment": "train-remote/train-gpu", "gpu_timeout_s": 4321}
-    )
-    results = flows.dispatch.run_training(settings, "params.yaml", overrides, "evaluate")
-
-    assert requested["name"] == "train-remote/train-gpu"
-    assert requested["timeout"] == 4321 and requested["as_subflow"] is True
-    assert requested["parameters"] == {
-        "config_path": "params.yaml",
-        "overrides": overrides,
-        "until": "evaluate",
-    }
-    assert set(requested["parameters"]) == set(
-        inspect.signature(flows.dispatch.train_remote.fn).parameters
-    )
-    ((child_settings, until),) = calls
-    assert child_settings == settings and until == "evaluate"  # the child loaded the same config
-    assert {k: (r.stage, r.metrics) for k, r in results.items()} == {
-        "sft": ("sft", {"steps": 3}),
-        "evaluate": ("evaluate", {"ks": [10]}),
-    }
-
-
-def _child(state) -> Any:
-    from prefect.client.schemas.objects import FlowRun
-
-    return FlowRun(flow_id=uuid.uuid4(), name="train-x", state=state, work_pool_name="gpu")
-
-
-@pytest.fixture
-def gpu_settings(project):
-    return make_settings(
-        project, orchestration={"gpu_deployment": "train-remote/train-gpu", "gpu_timeout_s": 60}
-    )
-
-
-def test_failed_child_run_fails_with_its_state(gpu_settings, monkeypatch):
-    from prefect.states import Failed
-
-    import flows.dispatch
-
-    monkeypatch.setattr(
-        flows.dispatch, "run_deployment", lambda **_: _child(Failed(message="CUDA out of memory"))
-    )
-    with pytest.raises(flows.dispatch.TrainingRunFailed, match="ended Failed: CUDA out of memory"):
-        flows.dispatch.run_training(gpu_settings, "params.yaml", [], "evaluate")
-
-
-def test_unfinished_child_run_names_the_timeout_and_the_pool(gpu_settings, monkeypatch):
-    from prefect.states import Scheduled
-
-    import flows.dispatch
-
-    monkeypatch.setattr(flows.dispatch, "run_deployment", lambda **_: _child(Scheduled()))
-    with pytest.raises(
-        flows.dispatch.TrainingRunFailed, match=r"gpu_timeout_s=60 s \(state Scheduled\).*'gpu'"
-    ):
-        flows.dispatch.run_training(gpu_settings, "params.yaml", [], "evaluate")
-
-
-def test_missing_deployment_is_a_config_error(gpu_settings, monkeypatch):
-    from prefect.exceptions import ObjectNotFound
-
-    import flows.dispatch
-    from sidrec.errors import ConfigError
-
-    def missing(**_):
-        raise ObjectNotFound(http_exc=Exception("404"))
-
-    monkeypatch.setattr(flows.dispatch, "run_deployment", missing)
-    with pytest.raises(ConfigError, match="no deployment 'train-remote/train-gpu'"):
-        flows.dispatch.run_training(gpu_settings, "params.yaml", [], "evaluate")

@@ -15,8 +15,8 @@ import yaml
 
 from sidrec.config import load_settings
 from sidrec.stage import STAGE_PARAMS, STAGES
-from tests.conftest import REPO, write_csv_dataset
 
+REPO = Path(__file__).resolve().parents[1]
 DVC = Path(sys.executable).parent / "dvc"
 
 
@@ -82,7 +82,7 @@ def _run(cmd: list[str], cwd: Path) -> str:
 
 
 @pytest.mark.slow
-def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path):
+def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, write_csv_dataset):
     work = tmp_path / "proj"
     work.mkdir()
     for name in ("dvc.yaml", "params.yaml", ".dvcignore"):

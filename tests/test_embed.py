@@ -8,7 +8,6 @@ import pytest
 
 from sidrec.errors import ConfigError
 from tasks.embed import embed, render_texts
-from tests.conftest import make_settings, write_validated_catalog
 
 
 def test_render_texts_template_and_default():
@@ -21,7 +20,9 @@ def test_render_texts_template_and_default():
         render_texts(items, "{title} by {brand}")
 
 
-def test_embed_writes_normalized_aligned_matrix_and_reuses_cache(project):
+def test_embed_writes_normalized_aligned_matrix_and_reuses_cache(
+    project, make_settings, write_validated_catalog
+):
     settings = make_settings(
         project, project={"dataset": "cat"}, embed={"template": "{title}. {genres}"}
     )

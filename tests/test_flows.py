@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from flows.data import prepare_data
-from tests.conftest import csv_settings, write_csv_dataset
 
 
 def test_rerun_skips_unchanged_stages_and_repairs_deleted_outputs(
-    project, prefect_harness, files_under
+    project, prefect_harness, files_under, csv_settings, write_csv_dataset
 ):
     inter, items = write_csv_dataset(project / "src")
     settings = csv_settings(project, inter, items, dataset="flowtest")
@@ -31,7 +30,9 @@ def test_rerun_skips_unchanged_stages_and_repairs_deleted_outputs(
     assert changed == {str(settings.paths.split(n)) for n in ("train", "valid", "test")}
 
 
-def test_changing_a_split_param_reruns_only_split(project, prefect_harness, files_under):
+def test_changing_a_split_param_reruns_only_split(
+    project, prefect_harness, files_under, csv_settings, write_csv_dataset
+):
     inter, items = write_csv_dataset(project / "src")
     settings = csv_settings(project, inter, items, dataset="flowparam")
     prepare_data(settings)
@@ -44,7 +45,9 @@ def test_changing_a_split_param_reruns_only_split(project, prefect_harness, file
     assert result["split"].metrics["test"]["mean_history"] == 1.0
 
 
-def test_changed_source_data_reruns_everything(project, prefect_harness):
+def test_changed_source_data_reruns_everything(
+    project, prefect_harness, csv_settings, write_csv_dataset
+):
     inter, items = write_csv_dataset(project / "src")
     settings = csv_settings(project, inter, items, dataset="flowdata")
     prepare_data(settings)
@@ -55,7 +58,7 @@ def test_changed_source_data_reruns_everything(project, prefect_harness):
 
 
 def test_failed_validation_publishes_report_artifact_and_writes_nothing_downstream(
-    project, prefect_harness
+    project, prefect_harness, csv_settings, write_csv_dataset
 ):
     import pytest
     from prefect.client.orchestration import get_client
@@ -94,12 +97,13 @@ def test_failed_validation_publishes_report_artifact_and_writes_nothing_downstre
     )
 
 
-def test_build_sids_flow_logs_the_sid_report_to_mlflow(project, prefect_harness):
+def test_build_sids_flow_logs_the_sid_report_to_mlflow(
+    project, prefect_harness, make_settings, write_validated_catalog
+):
     import mlflow
 
     from flows.sids import build_sids
     from models.sid import read_sid_map
-    from tests.conftest import make_settings, write_validated_catalog
 
     settings = make_settings(
         project,
@@ -119,7 +123,9 @@ def test_build_sids_flow_logs_the_sid_report_to_mlflow(project, prefect_harness)
     assert {"sids.json", "code_usage.png"} <= artifacts
 
 
-def test_train_flow_until_baselines_trains_sasrec_once(project, prefect_harness, files_under):
+def test_train_flow_until_baselines_trains_sasrec_once(
+    project, prefect_harness, files_under, csv_settings, write_csv_dataset
+):
     import mlflow
 
     from flows.train import train_recommender

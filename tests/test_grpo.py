@@ -1,4 +1,4 @@
-"""The grpo stage on the small synthetic catalog of test_sft_evaluate (item i is followed by i+1)."""
+"""The grpo stage on the synthetic catalog (tests/conftest.py: item i is followed by i+1)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from sidrec.errors import ConfigError, InputError
 from tasks.evaluate import evaluate
 from tasks.grpo import grpo
 from tasks.sft import sft
-from tests.test_sft_evaluate import N_ITEMS, _settings, prepared  # noqa: F401  (fixture)
 
 GRPO = {
     "enabled": True,
@@ -27,15 +26,21 @@ GRPO = {
 }
 
 
-def _grpo_settings(prepared, **grpo_extra):  # noqa: F811
-    return _settings(prepared.paths.data_dir.parent, grpo={**GRPO, **grpo_extra})
+@pytest.fixture
+def grpo_settings(prepared, synthetic_project):
+    """``grpo_settings(**grpo)``: the prepared project's settings with GRPO on."""
+
+    def make(**grpo_extra):
+        return synthetic_project.settings(
+            prepared.paths.data_dir.parent, grpo={**GRPO, **grpo_extra}
+        )
+
+    return make
 
 
 @pytest.mark.slow
-def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(prepared):  # noqa: F811
-    settings = _grpo_settings(
-        prepared, rewards={"ranking": 1.0, "semantic": 0.5, "collaborative": 0.0}
-    )
+def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_settings):
+    settings = grpo_settings(rewards={"ranking": 1.0, "semantic": 0.5, "collaborative": 0.0})
     sft(settings)
     tables = []
     result = grpo(settings, on_samples=lambda step, rows: tables.append((step, rows)))
@@ -62,30 +67,33 @@ def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(prepared):  # 
         assert report[split_name]["grpo"]["invalid_rate"] == 0.0
 
 
-def test_more_generations_than_items_is_a_config_error_before_training(prepared):  # noqa: F811
-    settings = _grpo_settings(prepared, num_generations=N_ITEMS + 1)
+def test_more_generations_than_items_is_a_config_error_before_training(
+    grpo_settings, synthetic_project
+):
+    n_items = synthetic_project.n_items
+    settings = grpo_settings(num_generations=n_items + 1)
     with pytest.raises(
         ConfigError,
-        match=rf"num_generations \({N_ITEMS + 1}\) exceeds the catalog \({N_ITEMS} items\)",
+        match=rf"num_generations \({n_items + 1}\) exceeds the catalog \({n_items} items\)",
     ):
         grpo(settings)
     assert not settings.paths.grpo_dir.exists()
 
 
-def test_vllm_rollouts_on_a_cpu_machine_are_a_config_error(prepared):  # noqa: F811
-    settings = _grpo_settings(prepared, use_vllm=True, rollout="sample")
+def test_vllm_rollouts_on_a_cpu_machine_are_a_config_error(grpo_settings):
+    settings = grpo_settings(use_vllm=True, rollout="sample")
     with pytest.raises(ConfigError, match="grpo.use_vllm needs a CUDA GPU"):
         grpo(settings)
 
 
-def test_grpo_needs_the_sft_model(prepared):  # noqa: F811
+def test_grpo_needs_the_sft_model(grpo_settings):
     with pytest.raises(InputError, match="model folder not found"):
-        grpo(_grpo_settings(prepared))
+        grpo(grpo_settings())
 
 
 @pytest.mark.slow
-def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(prepared):  # noqa: F811
-    settings = _grpo_settings(prepared)
+def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(grpo_settings):
+    settings = grpo_settings()
     sft(settings)
     sid_map = read_sid_map(settings.paths.sid_map)
     sid_map["i0"] = [7, 99]  # <b_99> was never added to the SFT tokenizer
@@ -96,8 +104,8 @@ def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(prepared):  # 
 
 
 @pytest.mark.slow
-def test_evaluate_names_the_missing_grpo_model(prepared):  # noqa: F811
-    settings = _grpo_settings(prepared)
+def test_evaluate_names_the_missing_grpo_model(grpo_settings):
+    settings = grpo_settings()
     sft(settings)
     with pytest.raises(InputError, match=r"run `sidrec grpo` first, or set grpo.enabled false"):
         evaluate(settings)

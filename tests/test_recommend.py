@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,98 +21,94 @@ from sidrec.cli import app
 from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import read_table
+from sidrec.registry import load_champion
 from tasks.recommend import (
     RECOMMENDATIONS,
-    load_champion,
     recommend,
     recommend_all,
     user_histories,
     write_recommendations,
 )
 from tasks.register import register
-from tests.conftest import REPO
-from tests.tiny_recommender import (
-    ITEM_IDS,
-    TITLES,
-    USERS,
-    evaluate_project,
-    tiny_overrides,
-    tiny_settings,
-    write_project,
-)
 
 MODEL = "sidrec-recommend-test"
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def root(tmp_path_factory: pytest.TempPathFactory, make_project, tiny_project) -> Iterator[Path]:
     """One tiny project (cwd for the module) whose model is registered as champion."""
-    folder = tmp_path_factory.mktemp("recommend")
-    shutil.copy(REPO / "params.yaml", folder / "params.yaml")
+    folder = make_project(tmp_path_factory.mktemp("recommend"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(folder)
-        settings = tiny_settings(folder, register={"model_name": MODEL})
-        write_project(settings)
-        evaluate_project(settings)
+        settings = tiny_project.settings(folder, register={"model_name": MODEL})
+        tiny_project.write(settings)
+        tiny_project.evaluate(settings)
         assert register(settings).metrics["promoted"]
         yield folder
 
 
 @pytest.fixture
-def settings(root: Path) -> Settings:
-    return tiny_settings(root, register={"model_name": MODEL})
+def settings(root: Path, tiny_project) -> Settings:
+    return tiny_project.settings(root, register={"model_name": MODEL})
 
 
-def test_user_histories_are_whole_sequences_in_time_order(settings: Settings) -> None:
+def test_user_histories_are_whole_sequences_in_time_order(settings: Settings, tiny_project) -> None:
+    users = tiny_project.users
     histories = user_histories(settings).set_index("user_id")["history"]
-    assert {u: list(h) for u, h in histories.items()} == USERS
+    assert {u: list(h) for u, h in histories.items()} == users
 
 
-def test_recommend_for_a_user_and_for_a_history(settings: Settings) -> None:
+def test_recommend_for_a_user_and_for_a_history(settings: Settings, tiny_project) -> None:
+    item_ids, titles, users = tiny_project.item_ids, tiny_project.titles, tiny_project.users
     champion = load_champion(settings)
     assert champion.uri == f"models:/{MODEL}@champion" and champion.version == "1"
     recs = recommend(settings, user="u1", k=4, champion=champion)
     assert list(recs.columns) == ["rank", "item_id", "title", "score"]
     assert recs["rank"].tolist() == [1, 2, 3, 4] and recs["item_id"].is_unique
-    assert set(recs["item_id"]) <= set(ITEM_IDS)
-    assert recs["title"].tolist() == [TITLES[i] for i in recs["item_id"]]
-    assert not set(recs["item_id"]) & set(USERS["u1"])  # nothing the user already has
-    same = recommend(settings, history=USERS["u1"], k=4, champion=champion)
+    assert set(recs["item_id"]) <= set(item_ids)
+    assert recs["title"].tolist() == [titles[i] for i in recs["item_id"]]
+    assert not set(recs["item_id"]) & set(users["u1"])  # nothing the user already has
+    same = recommend(settings, history=users["u1"], k=4, champion=champion)
     assert same["item_id"].tolist() == recs["item_id"].tolist()
 
 
-def test_recommend_errors(settings: Settings, root: Path) -> None:
+def test_recommend_errors(settings: Settings, root: Path, tiny_project) -> None:
+    users = tiny_project.users
     champion = load_champion(settings)
-    with pytest.raises(InputError, match=rf"unknown user 'ghost' \({len(USERS)} users"):
+    with pytest.raises(InputError, match=rf"unknown user 'ghost' \({len(users)} users"):
         recommend(settings, user="ghost", champion=champion)
     with pytest.raises(InputError, match=r"not in the model's catalog.*'zz'"):
         recommend(settings, history=["i1", "zz"], champion=champion)
     with pytest.raises(InputError, match="either a user id or a history"):
         recommend(settings, champion=champion)
-    other = tiny_settings(root, register={"model_name": "never-registered"})
+    other = tiny_project.settings(root, register={"model_name": "never-registered"})
     with pytest.raises(InputError, match="'never-registered' is not registered"):
         load_champion(other)
 
 
-def test_recommend_all_writes_every_users_top_k(settings: Settings) -> None:
+def test_recommend_all_writes_every_users_top_k(settings: Settings, tiny_project) -> None:
+    titles, users = tiny_project.titles, tiny_project.users
     table = recommend_all(settings, k=3, batch_size=2)
     path = write_recommendations(settings, table)
     back = read_table(path, RECOMMENDATIONS, "recommendations")
-    assert len(back) == 3 * len(USERS) and set(back["user_id"]) == set(USERS)
+    assert len(back) == 3 * len(users) and set(back["user_id"]) == set(users)
     for _, rows in back.groupby("user_id"):
         assert rows["rank"].tolist() == [1, 2, 3] and rows["item_id"].is_unique
-    assert back["title"].tolist() == [TITLES[i] for i in back["item_id"]]
+    assert back["title"].tolist() == [titles[i] for i in back["item_id"]]
 
 
-def test_cli_recommend(root: Path) -> None:
-    sets = [arg for o in tiny_overrides(register={"model_name": MODEL}) for arg in ("--set", o)]
+def test_cli_recommend(root: Path, tiny_project) -> None:
+    all_titles = tiny_project.titles
+    sets = [
+        arg for o in tiny_project.overrides(register={"model_name": MODEL}) for arg in ("--set", o)
+    ]
     result = runner.invoke(app, ["recommend", "--user", "u2", "--k", "3", *sets])
     assert result.exit_code == 0, result.output
-    titles = [t for t in TITLES.values() if t in result.output]
+    titles = [t for t in all_titles.values() if t in result.output]
     assert len(titles) == 3 and f"{MODEL}@champion" in result.output
     result = runner.invoke(app, ["recommend", "--history", "i1,i2", *sets])
-    assert result.exit_code == 0 and sum(t in result.output for t in TITLES.values()) == 10
+    assert result.exit_code == 0 and sum(t in result.output for t in all_titles.values()) == 10
     bad = runner.invoke(app, ["recommend", "--history", "i1,nope", *sets])
     assert bad.exit_code == 1 and "'nope'" in bad.output and "Traceback" not in bad.output
     both = runner.invoke(app, ["recommend", "--user", "u1", "--history", "i1", *sets])
@@ -121,14 +116,17 @@ def test_cli_recommend(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_batch_recommend_flow(root: Path, settings: Settings, prefect_harness: None) -> None:
+def test_batch_recommend_flow(
+    root: Path, settings: Settings, prefect_harness: None, tiny_project
+) -> None:
+    users = tiny_project.users
     from flows.batch import batch_recommend
 
-    overrides = tiny_overrides(register={"model_name": MODEL})
+    overrides = tiny_project.overrides(register={"model_name": MODEL})
     path = batch_recommend(config_path=str(root / "params.yaml"), overrides=overrides, k=2)
     table = pd.read_parquet(path)
     assert Path(path) == settings.paths.processed_dir / "recommendations.parquet"
-    assert len(table) == 2 * len(USERS) and list(table.columns) == RECOMMENDATIONS.names
+    assert len(table) == 2 * len(users) and list(table.columns) == RECOMMENDATIONS.names
 
 
 def _free_port() -> int:
@@ -138,8 +136,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_champion(root: Path) -> None:
+def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
     """`mlflow models serve -m models:/<name>@champion` answers /invocations with top-K titles."""
+    titles = tiny_project.titles
     port = _free_port()
     mlflow_cli = str(Path(sys.executable).with_name("mlflow"))
     serve = ["models", "serve", "-m", f"models:/{MODEL}@champion", "--env-manager", "local"]
@@ -178,7 +177,7 @@ def test_mlflow_models_serve_champion(root: Path) -> None:
         assert len(predictions) == 2
         for row in predictions:
             assert len(row["item_ids"]) == 3 and len(set(row["item_ids"])) == 3
-            assert row["titles"] == [TITLES[i] for i in row["item_ids"]]
+            assert row["titles"] == [titles[i] for i in row["item_ids"]]
     finally:
         server.terminate()
         try:

@@ -31,9 +31,8 @@ from sidrec.registry import (
 )
 from sidrec.tracking import tracking_uri
 from tasks.register import decision_markdown, register, summary_line
-from tests.conftest import REPO
-from tests.tiny_recommender import evaluate_project, save_tiny_model, tiny_settings, write_project
 
+REPO = Path(__file__).resolve().parents[1]
 GATE = "valid.ndcg@10"
 # Every test uses the session's SQLite store (tests/conftest.py: creating one costs seconds)
 # and registers under its own model name.
@@ -208,10 +207,10 @@ def test_gate_metric_must_be_a_validation_metric(value: str, message: str) -> No
 
 
 @pytest.fixture
-def tiny(project: Path, model_name: str):
-    settings = tiny_settings(project, register={"model_name": model_name})
-    write_project(settings)
-    evaluate_project(settings)
+def tiny(project: Path, model_name: str, tiny_project):
+    settings = tiny_project.settings(project, register={"model_name": model_name})
+    tiny_project.write(settings)
+    tiny_project.evaluate(settings)
     return settings
 
 
@@ -238,25 +237,24 @@ def test_register_stage_promotes_then_keeps_the_same_model_out(tiny) -> None:
     assert run.data.tags["sidrec.stage"] == "register" and "valid.ndcg_at_10" in run.data.metrics
 
 
-def test_the_served_model_answers_what_evaluate_ranked(tiny) -> None:
+def test_the_served_model_answers_what_evaluate_ranked(tiny, tiny_project) -> None:
     """The registered pyfunc, given a test user's history up to the target, returns exactly the
     ranking evaluate scored for that user (same recommender, beams and exclusion)."""
     import pandas as pd
 
-    from tests.tiny_recommender import USERS
-
+    histories = tiny_project.users
     register(tiny)
     served = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
     users = pd.read_parquet(tiny.paths.eval_users)
     ranked = users[(users["split"] == "test") & (users["model"] == "sft")]
     for user, ranking in zip(ranked["user_id"], ranked["ranking"], strict=True):
-        answer = served.predict(pd.DataFrame({"history": [USERS[user][:-1]]}), params={"k": 10})
+        answer = served.predict(pd.DataFrame({"history": [histories[user][:-1]]}), params={"k": 10})
         assert list(answer["item_ids"].iloc[0]) == list(ranking), user
-        assert not set(ranking) & set(USERS[user][:-1])  # seen items excluded
+        assert not set(ranking) & set(histories[user][:-1])  # seen items excluded
 
 
-def test_register_refuses_metrics_of_another_model_folder(tiny) -> None:
-    save_tiny_model(tiny.paths.sft_model, seed=7)  # retrained after evaluate ran
+def test_register_refuses_metrics_of_another_model_folder(tiny, tiny_model) -> None:
+    tiny_model(tiny.paths.sft_model, seed=7)  # retrained after evaluate ran
     with pytest.raises(InputError, match="not computed from today's the sft model folder"):
         register(tiny)
     assert not _registered(NAME)  # nothing was logged
@@ -280,20 +278,20 @@ def test_a_champion_that_cannot_be_loaded_moves_nothing(tiny, client) -> None:
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
 
 
-def test_register_auto_prefers_grpo_and_needs_its_eval_row(project: Path) -> None:
-    settings = tiny_settings(project, grpo={"enabled": True}, register={"model_name": NAME})
-    write_project(settings, grpo_model=True)
+def test_register_auto_prefers_grpo_and_needs_its_eval_row(project: Path, tiny_project) -> None:
+    settings = tiny_project.settings(project, grpo={"enabled": True}, register={"model_name": NAME})
+    tiny_project.write(settings, grpo_model=True)
     with pytest.raises(InputError, match="run `sidrec evaluate` first"):
         register(settings)
-    evaluate_project(settings)
+    tiny_project.evaluate(settings)
     m = register(settings).metrics
     assert (m["candidate"], m["promoted"]) == ("grpo", True)
     assert _registered(NAME)
 
 
-def test_register_disabled_logs_nothing(project: Path) -> None:
-    settings = tiny_settings(project, register={"enabled": False, "model_name": NAME})
-    write_project(settings)
+def test_register_disabled_logs_nothing(project: Path, tiny_project) -> None:
+    settings = tiny_project.settings(project, register={"enabled": False, "model_name": NAME})
+    tiny_project.write(settings)
     result = register(settings)
     assert result.metrics["skipped"] is True
     assert summary_line(result.metrics) == "skipped (register.enabled is false)"

@@ -13,85 +13,18 @@ import torch
 from models.lm import load_model_dir
 from models.sid import read_sid_map
 from sidrec.errors import InputError
-from tasks.baselines import baselines
 from tasks.evaluate import evaluate
-from tasks.ingest import ingest
 from tasks.sft import sft
-from tasks.sids import sids
-from tasks.split import split
-from tasks.validate import validate
-from tests.conftest import make_settings, write_csv_dataset, write_embeddings
-
-N_ITEMS, N_USERS = 60, 60  # every item starts one user: popularity is flat, i → i+1 is not
-
-
-def _settings(project, **extra):
-    sections = {
-        "project": {"dataset": "syn"},
-        "ingest": {
-            "source": "csv",
-            "interactions": "src/interactions.csv",
-            "items": "src/items.csv",
-        },
-        "sids": {"method": "rqkmeans", "levels": 2, "codebook_size": 16},
-        "model": {
-            "max_length": 128,
-            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64},
-        },
-        "sft": {
-            "epochs": 30,
-            "batch_size": 16,
-            "learning_rate": 0.005,
-            "eval_rows": 20,
-            "logging_steps": 5,
-        },
-        "sasrec": {"max_epochs": 3},
-        "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8},
-        "grpo": {
-            "enabled": False
-        },  # these tests evaluate the SFT model; tests/test_grpo.py adds GRPO
-    }
-    for section, values in extra.items():
-        sections[section] = {**sections.get(section, {}), **values}
-    return make_settings(project, **sections)
-
-
-@pytest.fixture
-def prepared(project):
-    """Raw → validated → splits → random embeddings → SIDs → SASRec for a catalog where item i
-    is followed by i+1."""
-    rows = [
-        f"u{u},i{(u + k) % N_ITEMS},{1_600_000_000 + 1000 * u + k}"
-        for u in range(N_USERS)
-        for k in range(8)
-    ]
-    titles = [f"i{n},Item {n} in group {n % 5}" for n in range(N_ITEMS)]
-    write_csv_dataset(
-        project / "src",
-        "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n",
-        "item_id,title\n" + "\n".join(titles) + "\n",
-    )
-    settings = _settings(project)
-    for stage in (ingest, validate, split):
-        stage(settings)
-    emb = np.random.default_rng(0).normal(size=(N_ITEMS, 16)).astype(np.float32)
-    write_embeddings(
-        settings,
-        emb / np.linalg.norm(emb, axis=1, keepdims=True),
-        [f"i{n}" for n in range(N_ITEMS)],
-    )
-    sids(settings)
-    baselines(settings)
-    return settings
 
 
 @pytest.mark.slow
-def test_sft_trains_a_loadable_model_with_sid_tokens(prepared):
+def test_sft_trains_a_loadable_model_with_sid_tokens(prepared, synthetic_project):
     from models.lm import build_tiny
 
+    n_items, n_users = synthetic_project.n_items, synthetic_project.n_users
     result = sft(prepared)
     m = result.metrics
-    assert m["train_examples"] == N_USERS * 5 + 2 * N_ITEMS  # seq_rec rows + sid2title + title2sid
+    assert m["train_examples"] == n_users * 5 + 2 * n_items  # seq_rec rows + sid2title + title2sid
     assert np.isfinite(m["eval_loss"]) and m["steps"] > 0
     model, tokenizer = load_model_dir(prepared.paths.sft_model)
     sid_map = read_sid_map(prepared.paths.sid_map)
@@ -119,7 +52,8 @@ def test_sft_trains_a_loadable_model_with_sid_tokens(prepared):
 
 
 @pytest.mark.slow
-def test_evaluate_reports_every_model_on_full_catalog(prepared):
+def test_evaluate_reports_every_model_on_full_catalog(prepared, synthetic_project):
+    n_users = synthetic_project.n_users
     sft(prepared)
     result = evaluate(prepared)
     report = json.loads(prepared.paths.metrics("eval").read_text())
@@ -135,7 +69,7 @@ def test_evaluate_reports_every_model_on_full_catalog(prepared):
             assert ci["low"] <= row["ndcg@10"] <= ci["high"]
             assert 0 < row["coverage@10"] <= 1 and 0 <= row["popularity_percentile@10"] <= 100
     assert set(report["paired"]["test"]) == {"sft - sasrec", "best generative - sasrec"}
-    assert report["best_generative"] == "sft" and report["test_rows"] == N_USERS
+    assert report["best_generative"] == "sft" and report["test_rows"] == n_users
     fingerprints = report["protocol"]["fingerprints"]
     assert set(fingerprints) == {"split", "sid_map", "sasrec", "sft_model"}
     users = pd.read_parquet(prepared.paths.eval_users)
@@ -144,20 +78,21 @@ def test_evaluate_reports_every_model_on_full_catalog(prepared):
 
 
 @pytest.mark.slow
-def test_sft_learns_the_pattern_popularity_cannot(prepared):
+def test_sft_learns_the_pattern_popularity_cannot(prepared, synthetic_project):
     """Item i is followed by i+1: a working SFT + constrained decoding finds the next item far
     more often than the most popular unseen items do (seeded; the margin is large)."""
+    n_users = synthetic_project.n_users
     sft(prepared)
     report = evaluate(prepared).metrics
     rows = report["test"]
     assert rows["sft"]["hr@10"] >= 2 * rows["popularity"]["hr@10"], rows
     protocol = report["protocol"]
     assert protocol["exclude_seen"] is True and protocol["num_beams"] == 10
-    assert protocol["users"]["test"] == N_USERS and 0 < protocol["users"]["valid"] < N_USERS
+    assert protocol["users"]["test"] == n_users and 0 < protocol["users"]["valid"] < n_users
 
 
 @pytest.mark.slow
-def test_the_gate_rescores_the_champion_on_todays_users(prepared, monkeypatch):
+def test_the_gate_rescores_the_champion_on_todays_users(prepared, synthetic_project, monkeypatch):
     """A worse challenger on the same data is never promoted; a champion whose stored number
     came from easier data loses to a challenger that is better on today's data."""
     import mlflow
@@ -166,7 +101,9 @@ def test_the_gate_rescores_the_champion_on_todays_users(prepared, monkeypatch):
     from tasks.register import register
 
     name = "sidrec-gate-rescoring"
-    settings = _settings(prepared.paths.data_dir.parent, register={"model_name": name})
+    settings = synthetic_project.settings(
+        prepared.paths.data_dir.parent, register={"model_name": name}
+    )
     sft(settings)
     trained = settings.paths.sft_model.parent / "trained"
     shutil.copytree(settings.paths.sft_model, trained)
@@ -261,9 +198,9 @@ def test_failed_sft_keeps_the_previous_model(prepared, monkeypatch):
 
 
 @pytest.mark.slow
-def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared):
+def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared, synthetic_project):
     """The pretrained SmolLM2-135M from its wheel, LoRA on, a few steps; the merged folder evaluates."""
-    settings = _settings(
+    settings = synthetic_project.settings(
         prepared.paths.data_dir.parent,
         model={"preset": "smollm2-135m", "lora": {"enabled": True, "r": 4, "alpha": 8}},
         sft={"epochs": 0.1, "batch_size": 8, "eval_rows": 8},

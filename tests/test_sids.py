@@ -11,14 +11,19 @@ import pytest
 from models.sid import collision_stats, read_sid_map, to_minionerec_index
 from sidrec.errors import ConfigError, InputError
 from tasks.sids import sids
-from tests.conftest import make_settings, write_embeddings, write_validated_catalog
 
 N_ITEMS = 120
 
 
-def _settings(project, **sids_cfg):
-    cfg = {"method": "rqkmeans", "levels": 3, "codebook_size": 8, **sids_cfg}
-    return make_settings(project, project={"dataset": "cat"}, sids=cfg)
+@pytest.fixture
+def sids_settings(project, make_settings):
+    """``sids_settings(**sids)``: the project's settings with these sids keys replaced."""
+
+    def make(**sids_cfg):
+        cfg = {"method": "rqkmeans", "levels": 3, "codebook_size": 8, **sids_cfg}
+        return make_settings(project, project={"dataset": "cat"}, sids=cfg)
+
+    return make
 
 
 def _clustered_embeddings(n: int, seed: int = 0, duplicates: int = 6) -> np.ndarray:
@@ -30,16 +35,16 @@ def _clustered_embeddings(n: int, seed: int = 0, duplicates: int = 6) -> np.ndar
 
 
 @pytest.fixture
-def catalog(project):
-    settings = _settings(project)
+def catalog(sids_settings, write_validated_catalog, write_embeddings):
+    settings = sids_settings()
     ids = write_validated_catalog(settings, N_ITEMS)
     write_embeddings(settings, _clustered_embeddings(N_ITEMS), ids)
     return ids
 
 
 @pytest.mark.parametrize("balanced", [False, True])
-def test_full_build_is_collision_free_with_equal_lengths(project, catalog, balanced):
-    settings = _settings(project, codebook_size=16, rqkmeans={"balanced": balanced})
+def test_full_build_is_collision_free_with_equal_lengths(catalog, balanced, sids_settings):
+    settings = sids_settings(codebook_size=16, rqkmeans={"balanced": balanced})
     result = sids(settings)
     sid_map = read_sid_map(settings.paths.sid_map)
     assert list(sid_map) == catalog
@@ -59,8 +64,10 @@ def test_full_build_is_collision_free_with_equal_lengths(project, catalog, balan
     assert json.loads(settings.paths.metrics("sids").read_text())["items"] == N_ITEMS
 
 
-def test_incremental_mode_keeps_existing_sids(project, catalog):
-    settings = _settings(project)
+def test_incremental_mode_keeps_existing_sids(
+    catalog, write_embeddings, write_validated_catalog, sids_settings
+):
+    settings = sids_settings()
     sids(settings)
     before = read_sid_map(settings.paths.sid_map)
     # five new items arrive, one of them identical to an existing item
@@ -70,57 +77,61 @@ def test_incremental_mode_keeps_existing_sids(project, catalog):
     )
     emb[N_ITEMS] = emb[0]
     write_embeddings(settings, emb, new_ids)
-    result = sids(_settings(project, incremental=True))
+    result = sids(sids_settings(incremental=True))
     after = read_sid_map(settings.paths.sid_map)
     assert {k: after[k] for k in before} == before
     assert len(after) == N_ITEMS + 5 and result.metrics["new_items"] == 5
     assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0
 
 
-def test_incremental_without_previous_build_builds_the_first_map(project, catalog):
+def test_incremental_without_previous_build_builds_the_first_map(catalog, sids_settings):
     # the first scheduled retrain (sids.incremental=true) has no map to extend yet
-    result = sids(_settings(project, incremental=True))
+    result = sids(sids_settings(incremental=True))
     assert result.metrics["mode"] == "full"
-    assert len(read_sid_map(_settings(project).paths.sid_map)) == N_ITEMS
+    assert len(read_sid_map(sids_settings().paths.sid_map)) == N_ITEMS
 
 
-def test_import_minionerec_index(project, catalog, tmp_path):
+def test_import_minionerec_index(catalog, tmp_path, sids_settings):
     rng = np.random.default_rng(0)
     codes = rng.permutation(512)[: len(catalog), None] // [64, 8, 1] % 8
     sid_map = {item: [int(c) for c in row] for item, row in zip(catalog, codes, strict=True)}
     index = tmp_path / "x.index.json"
     index.write_text(json.dumps(to_minionerec_index(sid_map)))
-    settings = _settings(project, import_index=str(index))
+    settings = sids_settings(import_index=str(index))
     result = sids(settings)
     assert read_sid_map(settings.paths.sid_map) == sid_map
     assert result.metrics["mode"] == "import" and not settings.paths.quantizer.exists()
 
 
-def test_import_with_collisions_fails_unless_resolution_is_asked(project, catalog, tmp_path):
+def test_import_with_collisions_fails_unless_resolution_is_asked(
+    project, catalog, tmp_path, sids_settings
+):
     sid_map = {item: [k % 8, k // 8 % 8, k // 64] for k, item in enumerate(catalog)}
     sid_map[catalog[1]] = sid_map[catalog[0]]
     index = tmp_path / "x.index.json"
     index.write_text(json.dumps(to_minionerec_index(sid_map)))
     with pytest.raises(InputError, match=r"2 items share a SID"):
-        sids(_settings(project, import_index=str(index)))
+        sids(sids_settings(import_index=str(index)))
     assert not (project / "data" / "sids").exists()
-    result = sids(_settings(project, import_index=str(index), resolve_imported_collisions=True))
-    resolved = read_sid_map(_settings(project).paths.sid_map)
+    result = sids(sids_settings(import_index=str(index), resolve_imported_collisions=True))
+    resolved = read_sid_map(sids_settings().paths.sid_map)
     assert result.metrics["extra_level"] and len(resolved[catalog[0]]) == 4
     assert resolved[catalog[2]] == [*sid_map[catalog[2]], 0]
     assert resolved[catalog[0]] != resolved[catalog[1]]
 
 
-def test_codebook_too_small_is_a_config_error_before_training(project, catalog):
+def test_codebook_too_small_is_a_config_error_before_training(project, catalog, sids_settings):
     with pytest.raises(
         ConfigError, match="120 items cannot get distinct SIDs from 2 levels x 8 codes"
     ):
-        sids(_settings(project, levels=2))
+        sids(sids_settings(levels=2))
     assert not (project / "data" / "sids").exists()
 
 
-def test_bad_embeddings_are_rejected_and_nothing_is_written(project, catalog):
-    settings = _settings(project)
+def test_bad_embeddings_are_rejected_and_nothing_is_written(
+    project, catalog, write_embeddings, sids_settings
+):
+    settings = sids_settings()
     emb = _clustered_embeddings(N_ITEMS)
     emb[[4, 9]] = np.nan
     write_embeddings(settings, emb, catalog)
@@ -134,8 +145,8 @@ def test_bad_embeddings_are_rejected_and_nothing_is_written(project, catalog):
     assert not (project / "data" / "sids").exists()
 
 
-def test_failed_rebuild_keeps_previous_map(project, catalog):
-    settings = _settings(project)
+def test_failed_rebuild_keeps_previous_map(catalog, sids_settings):
+    settings = sids_settings()
     sids(settings)
     before = settings.paths.sid_map.read_bytes()
     items = pd.read_parquet(settings.paths.validated("items"))
@@ -147,7 +158,9 @@ def test_failed_rebuild_keeps_previous_map(project, catalog):
     assert settings.paths.sid_map.read_bytes() == before
 
 
-def test_rqvae_build_then_incremental(project, catalog):
+def test_rqvae_build_then_incremental(
+    catalog, write_embeddings, write_validated_catalog, sids_settings
+):
     rqvae = {
         "hidden_dims": [32],
         "code_dim": 8,
@@ -155,7 +168,7 @@ def test_rqvae_build_then_incremental(project, catalog):
         "eval_every": 10,
         "dead_code_every": 10,
     }
-    settings = _settings(project, method="rqvae", codebook_size=16, rqvae=rqvae)
+    settings = sids_settings(method="rqvae", codebook_size=16, rqvae=rqvae)
     result = sids(settings)
     assert result.metrics["method"] == "rqvae" and result.metrics["collision_rate_after"] == 0.0
     assert result.metrics["reconstruction_error"] > 0 and settings.paths.quantizer.exists()
@@ -166,7 +179,7 @@ def test_rqvae_build_then_incremental(project, catalog):
         [_clustered_embeddings(N_ITEMS), _clustered_embeddings(3, seed=2, duplicates=0)]
     )
     write_embeddings(settings, emb, new_ids)
-    sids(_settings(project, method="rqvae", codebook_size=16, rqvae=rqvae, incremental=True))
+    sids(sids_settings(method="rqvae", codebook_size=16, rqvae=rqvae, incremental=True))
     after = read_sid_map(settings.paths.sid_map)
     assert {k: after[k] for k in before} == before and len(after) == N_ITEMS + 3
     assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0

@@ -15,8 +15,8 @@ from sidrec.errors import InputError
 from sidrec.sources.common import SourceTables
 from sidrec.sources.minionerec import SYNTHETIC_EPOCH, read_minionerec
 from tasks.ingest import ingest
-from tests.conftest import MINIONEREC_SAMPLE, make_settings
 
+MINIONEREC_SAMPLE = Path(__file__).resolve().parent / "fixtures" / "minionerec-sample"
 STEM = "Industrial_and_Scientific_5_2016-10-2018-11"
 VALID_CSV = MINIONEREC_SAMPLE / "valid" / f"{STEM}.csv"
 TEST_CSV = MINIONEREC_SAMPLE / "test" / f"{STEM}.csv"
@@ -301,7 +301,7 @@ def test_non_utf8_info_file_is_an_input_error(tmp_path):
 # ---------------------------------------------------------------------------- the ingest stage
 
 
-def test_ingest_stage_writes_raw_tables(project):
+def test_ingest_stage_writes_raw_tables(project, make_settings):
     settings = make_settings(
         project,
         project={"dataset": "mini"},

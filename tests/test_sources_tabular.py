@@ -9,7 +9,6 @@ from sidrec.errors import InputError
 from sidrec.sources.common import parse_timestamps
 from sidrec.sources.movielens import read_movielens_100k
 from sidrec.sources.tabular import read_tabular
-from tests.conftest import write_csv_dataset
 
 
 def test_movielens_100k_from_recbole_wheel():
@@ -26,7 +25,7 @@ def test_movielens_100k_from_recbole_wheel():
     assert len(read_movielens_100k(min_rating=4).interactions) == 55_375
 
 
-def test_csv_source_normalizes_ids_timestamps_and_text(tmp_path):
+def test_csv_source_normalizes_ids_timestamps_and_text(tmp_path, write_csv_dataset):
     inter, items = write_csv_dataset(
         tmp_path,
         "user_id,item_id,timestamp,rating\n 7 ,10,2020-01-02T00:00:00Z,5\n7,11,1600000000000,3\n8,10,1600000001,4\n",
@@ -51,7 +50,7 @@ def test_parquet_source_with_float_ids(tmp_path):
     assert tables.items["item_id"].tolist() == ["3", "4"]
 
 
-def test_exact_duplicate_catalog_rows_are_dropped_and_counted(tmp_path):
+def test_exact_duplicate_catalog_rows_are_dropped_and_counted(tmp_path, write_csv_dataset):
     inter, items = write_csv_dataset(tmp_path, items="item_id,title\na,A\na,A\nb,B\nc,C\nd,D\n")
     tables = read_tabular(inter, items)
     assert len(tables.items) == 4
@@ -70,7 +69,9 @@ def test_exact_duplicate_catalog_rows_are_dropped_and_counted(tmp_path):
         (b'user_id,item_id,timestamp\n1,"a,1600000000\n', "not valid CSV"),
     ],
 )
-def test_unreadable_interactions_file_is_a_clear_error(tmp_path, content, expected):
+def test_unreadable_interactions_file_is_a_clear_error(
+    tmp_path, content, expected, write_csv_dataset
+):
     inter, items = write_csv_dataset(tmp_path)
     if content is None:
         inter.unlink()
@@ -82,7 +83,7 @@ def test_unreadable_interactions_file_is_a_clear_error(tmp_path, content, expect
     assert str(inter) in str(err.value)
 
 
-def test_unparseable_timestamps_name_rows_and_values(tmp_path):
+def test_unparseable_timestamps_name_rows_and_values(tmp_path, write_csv_dataset):
     inter, items = write_csv_dataset(
         tmp_path, "user_id,item_id,timestamp\n1,a,1600000000\n1,b,yesterday\n1,c,\n"
     )
@@ -100,7 +101,7 @@ def test_parse_timestamps_units(tmp_path):
     assert got.isna().tolist() == [False, False, False, True]
 
 
-def test_bad_rating_and_min_rating_without_ratings(tmp_path):
+def test_bad_rating_and_min_rating_without_ratings(tmp_path, write_csv_dataset):
     inter, items = write_csv_dataset(
         tmp_path, "user_id,item_id,timestamp,rating\n1,a,1600000000,five\n"
     )
@@ -111,7 +112,7 @@ def test_bad_rating_and_min_rating_without_ratings(tmp_path):
         read_tabular(inter, items, min_rating=3)
 
 
-def test_gzip_csv_is_rejected_with_a_hint(tmp_path):
+def test_gzip_csv_is_rejected_with_a_hint(tmp_path, write_csv_dataset):
     inter, items = write_csv_dataset(tmp_path)
     inter.write_bytes(gzip.compress(inter.read_bytes()))
     with pytest.raises(InputError, match=str(inter)):

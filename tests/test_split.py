@@ -11,7 +11,6 @@ from sidrec.config import SplitConfig
 from tasks.ingest import ingest
 from tasks.split import leave_one_out, sliding_window, split
 from tasks.validate import validate
-from tests.conftest import csv_settings, make_settings, write_csv_dataset
 
 
 def _inter(rows: list[tuple[str, str, int]]) -> pd.DataFrame:
@@ -72,7 +71,7 @@ def test_sliding_window_ties_across_users_keep_the_source_row_order():
     assert sliding_window(_inter(swapped), cfg)["train"]["target"].tolist() == ["b", "y"]
 
 
-def test_split_stage_writes_parquet_with_schema(project):
+def test_split_stage_writes_parquet_with_schema(project, write_csv_dataset, csv_settings):
     inter, items = write_csv_dataset(project / "src")
     settings = csv_settings(project, inter, items)
     ingest(settings)
@@ -88,7 +87,9 @@ def test_split_stage_writes_parquet_with_schema(project):
     assert sorted(test["target"]) == ["d", "d", "d"]
 
 
-def test_csv_ties_follow_the_file_through_ingest_and_validate(project):
+def test_csv_ties_follow_the_file_through_ingest_and_validate(
+    project, write_csv_dataset, csv_settings
+):
     # u1 rates d then c in the same second (against id order); u9 is dropped by validate
     t = 1_600_000_000
     rows = [("u1", "a", t), ("u9", "a", t + 1), ("u1", "b", t + 2), ("u1", "d", t + 3)]
@@ -120,7 +121,7 @@ def recbole_sequences(raw: pd.DataFrame) -> dict[str, list[str]]:
     return sequences
 
 
-def test_movielens_100k_leave_one_out_equals_recboles(project):
+def test_movielens_100k_leave_one_out_equals_recboles(project, make_settings):
     """Valid and test targets are RecBole's, so our numbers compare with published ones."""
     folder = metadata.distribution("recbole").locate_file("recbole/dataset_example/ml-100k")
     raw = pd.read_csv(Path(str(folder)) / "ml-100k.inter", sep="\t", dtype=str)

@@ -20,8 +20,8 @@ from sidrec.tracking import (
     tracking_uri,
     use_parent_run,
 )
-from tests.conftest import REPO
 
+REPO = Path(__file__).resolve().parents[1]
 PARENT_TAG = "mlflow.parentRunId"
 
 

@@ -7,27 +7,40 @@ import pytest
 from sidrec.errors import ValidationFailed
 from tasks.ingest import ingest
 from tasks.validate import filter_users, validate
-from tests.conftest import csv_settings, write_csv_dataset
 
 
-def _ingest_and_validate(project, interactions=None, items=None, **extra):
-    inter, items_path = write_csv_dataset(project / "src", interactions, items)
-    settings = csv_settings(project, inter, items_path, **extra)
-    ingest(settings)
-    return settings, validate(settings)
+@pytest.fixture
+def ingest_and_validate(project, write_csv_dataset, csv_settings):
+    """``ingest_and_validate(interactions=None, items=None, **sections)``: the CSV dataset
+    (default: the small valid one) ingested and validated; returns the settings and result."""
+
+    def run(interactions=None, items=None, **extra):
+        inter, items_path = write_csv_dataset(project / "src", interactions, items)
+        settings = csv_settings(project, inter, items_path, **extra)
+        ingest(settings)
+        return settings, validate(settings)
+
+    return run
 
 
-def _failure(project, interactions=None, items=None) -> tuple[ValidationFailed, dict]:
-    with pytest.raises(ValidationFailed) as err:
-        _ingest_and_validate(project, interactions, items)
-    report = json.loads((project / "metrics" / "validation.json").read_text())
-    assert report["success"] is False
-    assert not (project / "data" / "validated").exists()
-    return err.value, report
+@pytest.fixture
+def failure(project, ingest_and_validate):
+    """``failure(interactions=None, items=None)``: the validation error and report of a dataset
+    that fails, checking that the report says so and nothing validated was written."""
+
+    def run(interactions=None, items=None) -> tuple[ValidationFailed, dict]:
+        with pytest.raises(ValidationFailed) as err:
+            ingest_and_validate(interactions, items)
+        report = json.loads((project / "metrics" / "validation.json").read_text())
+        assert report["success"] is False
+        assert not (project / "data" / "validated").exists()
+        return err.value, report
+
+    return run
 
 
-def test_valid_dataset_passes_and_writes_validated_tables(project):
-    settings, result = _ingest_and_validate(project)
+def test_valid_dataset_passes_and_writes_validated_tables(ingest_and_validate):
+    settings, result = ingest_and_validate()
     m = result.metrics
     assert m["success"] and m["failures"] == []
     assert (m["users"], m["items"], m["interactions"]) == (3, 4, 12)
@@ -36,9 +49,9 @@ def test_valid_dataset_passes_and_writes_validated_tables(project):
     assert result.outputs_intact()
 
 
-def test_null_ids_are_reported_with_rows(project):
-    err, report = _failure(
-        project, "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n1,c,1600000002\n"
+def test_null_ids_are_reported_with_rows(failure):
+    err, report = failure(
+        "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n1,c,1600000002\n"
     )
     (f,) = report["failures"]
     assert (f["table"], f["column"], f["expectation"]) == (
@@ -50,9 +63,9 @@ def test_null_ids_are_reported_with_rows(project):
     assert "interactions.csv" in str(err) and "column 'user_id'" in str(err)
 
 
-def test_unknown_items_and_far_future_and_duplicates(project):
+def test_unknown_items_and_far_future_and_duplicates(failure):
     rows = "user_id,item_id,timestamp\n1,a,1600000000\n1,zz,1600000001\n1,b,4102444800\n1,a,1600000000\n"
-    err, report = _failure(project, rows)
+    err, report = failure(rows)
     by_exp = {f["expectation"]: f for f in report["failures"]}
     assert by_exp["expect_column_values_to_be_in_set"]["sample_values"] == ["zz"]
     assert by_exp["expect_column_values_to_be_between"]["sample_values"] == [4102444800]
@@ -60,25 +73,23 @@ def test_unknown_items_and_far_future_and_duplicates(project):
     assert "4102444800" in str(err)
 
 
-def test_catalog_problems(project):
-    err, report = _failure(
-        project, items="item_id,title\na,Alpha\na,Other\nb, \nc,Gamma\nd,Delta\n"
-    )
+def test_catalog_problems(failure):
+    err, report = failure(items="item_id,title\na,Alpha\na,Other\nb, \nc,Gamma\nd,Delta\n")
     by_exp = {f["expectation"]: f for f in report["failures"]}
     assert by_exp["expect_column_values_to_be_unique"]["sample_values"] == ["a", "a"]
     assert by_exp["expect_column_values_to_not_match_regex"]["column"] == "title"
     assert "items.csv" in str(err)
 
 
-def test_empty_tables_fail(project):
-    err, report = _failure(project, "user_id,item_id,timestamp\n")
+def test_empty_tables_fail(failure):
+    err, report = failure("user_id,item_id,timestamp\n")
     assert report["failures"][0]["expectation"] == "expect_table_row_count_to_be_between"
     assert "observed 0" in str(err)
 
 
-def test_user_filter_counts_and_nothing_left_fails(project):
+def test_user_filter_counts_and_nothing_left_fails(failure):
     one_each = "user_id,item_id,timestamp\n1,a,1600000000\n2,b,1600000001\n3,c,1600000002\n"
-    err, report = _failure(project, one_each)
+    err, report = failure(one_each)
     assert report["failures"][0]["expectation"] == "min_user_interactions"
     assert "no user has at least 3 interactions" in str(err)
 
@@ -97,8 +108,10 @@ def test_filter_users_counts_dropped():
     assert kept["user_id"].unique().tolist() == ["a"] and dropped == 1
 
 
-def test_failure_does_not_replace_previous_validated_tables(project, files_under):
-    settings, _ = _ingest_and_validate(project)
+def test_failure_does_not_replace_previous_validated_tables(
+    project, files_under, ingest_and_validate, write_csv_dataset
+):
+    settings, _ = ingest_and_validate()
     before = files_under("data/validated")
     write_csv_dataset(project / "src", "user_id,item_id,timestamp\n1,a,1600000000\n,b,1600000001\n")
     ingest(settings)

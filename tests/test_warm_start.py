@@ -8,25 +8,25 @@ import pytest
 import torch
 
 from models.lm import load_model_dir
-from sidrec.registry import champion_label
+from sidrec.registry import champion_label, champion_start
 from tasks.evaluate import evaluate
 from tasks.register import register
-from tasks.sft import champion_start, sft
-from tests.test_sft_evaluate import _settings, prepared  # noqa: F401  (fixture)
-from tests.tiny_recommender import evaluate_project, tiny_settings, write_project
+from tasks.sft import sft
 
 
-def test_without_a_champion_sft_starts_fresh(project, tmp_path):
-    settings = tiny_settings(project, register={"model_name": f"warm-{uuid.uuid4().hex[:8]}"})
+def test_without_a_champion_sft_starts_fresh(project, tmp_path, tiny_project):
+    settings = tiny_project.settings(
+        project, register={"model_name": f"warm-{uuid.uuid4().hex[:8]}"}
+    )
     assert champion_start(settings, tmp_path / "dl") is None
     assert champion_label(settings) == ""
 
 
-def test_the_champions_model_folder_is_the_starting_point(project, tmp_path):
+def test_the_champions_model_folder_is_the_starting_point(project, tmp_path, tiny_project):
     name = f"warm-{uuid.uuid4().hex[:8]}"
-    settings = tiny_settings(project, register={"model_name": name})
-    write_project(settings)
-    evaluate_project(settings)
+    settings = tiny_project.settings(project, register={"model_name": name})
+    tiny_project.write(settings)
+    tiny_project.evaluate(settings)
     register(settings)
     assert champion_label(settings) == f"{name}@champion (v1)"
 
@@ -40,14 +40,16 @@ def test_the_champions_model_folder_is_the_starting_point(project, tmp_path):
 
 
 @pytest.mark.slow
-def test_sft_continues_from_the_champion(prepared):  # noqa: F811
+def test_sft_continues_from_the_champion(prepared, synthetic_project):
     name = f"warm-{uuid.uuid4().hex[:8]}"
     root = prepared.paths.data_dir.parent
-    settings = _settings(root, register={"model_name": name})
+    settings = synthetic_project.settings(root, register={"model_name": name})
     sft(settings)
     evaluate(settings)
     register(settings)  # the first SFT model becomes the champion
-    warm = _settings(root, register={"model_name": name}, sft={"warm_start": "champion"})
+    warm = synthetic_project.settings(
+        root, register={"model_name": name}, sft={"warm_start": "champion"}
+    )
     result = sft(warm)
     assert result.metrics["warm_start"] == f"{name}@champion (v1)"
     assert sft(settings).metrics["warm_start"] is None  # warm_start none: a fresh model

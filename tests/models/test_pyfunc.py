@@ -16,39 +16,44 @@ from models.pyfunc import (
     parse_history,
     pip_requirements,
 )
-from tests.tiny_recommender import ITEM_IDS, SID_MAP, TITLES, catalog, save_tiny_model
 
 GENERATION = GenerationSettings(top_k=5, num_beams=6, max_length=64, max_history=3, batch_size=2)
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")
-def recommender(model_dir: Path) -> Recommender:
+def recommender(model_dir: Path, tiny_project) -> Recommender:
     model, tokenizer = load_model_dir(model_dir)
     return Recommender(
-        model=model, tokenizer=tokenizer, sid_map=SID_MAP, catalog=catalog(), generation=GENERATION
+        model=model,
+        tokenizer=tokenizer,
+        sid_map=tiny_project.sid_map,
+        catalog=tiny_project.catalog(),
+        generation=GENERATION,
     )
 
 
-def _assert_valid(item_ids: list[str], titles: list[str], k: int) -> None:
+def _assert_valid(tiny_project, item_ids: list[str], titles: list[str], k: int) -> None:
     assert len(item_ids) == k and len(set(item_ids)) == k
-    assert set(item_ids) <= set(ITEM_IDS)
-    assert titles == [TITLES[i] for i in item_ids]
+    assert set(item_ids) <= set(tiny_project.item_ids)
+    assert titles == [tiny_project.titles[i] for i in item_ids]
 
 
-def test_recommend_returns_k_distinct_catalog_items_with_titles(recommender: Recommender) -> None:
+def test_recommend_returns_k_distinct_catalog_items_with_titles(
+    recommender: Recommender, tiny_project
+) -> None:
     histories = [["i0", "i1"], ["i5"], [], ["i2", "i3", "i4", "i6", "i7"]]  # more than 2 per batch
     recs = recommender.recommend(histories)
     assert len(recs.item_ids) == len(histories)
     for ids, titles, scores in zip(recs.item_ids, recs.titles, recs.scores, strict=True):
-        _assert_valid(ids, titles, GENERATION.top_k)
+        _assert_valid(tiny_project, ids, titles, GENERATION.top_k)
         assert scores == sorted(scores, reverse=True)
     more = recommender.recommend([["i0"]], k=9)  # above num_beams: the beam widens
-    _assert_valid(more.item_ids[0], more.titles[0], 9)
+    _assert_valid(tiny_project, more.item_ids[0], more.titles[0], 9)
 
 
 def test_history_is_cut_to_max_history(recommender: Recommender) -> None:
@@ -66,12 +71,18 @@ def test_unknown_history_items_are_named(recommender: Recommender) -> None:
         recommender.recommend([["i0"]], k=13)
 
 
-def test_catalog_items_need_sids(model_dir: Path) -> None:
+def test_catalog_items_need_sids(model_dir: Path, tiny_project) -> None:
     model, tokenizer = load_model_dir(model_dir)
-    extra = pd.concat([catalog(), pd.DataFrame({"item_id": ["new"], "title": ["New"]})])
+    extra = pd.concat(
+        [tiny_project.catalog(), pd.DataFrame({"item_id": ["new"], "title": ["New"]})]
+    )
     with pytest.raises(ValueError, match=r"1 catalog item\(s\) have no SID"):
         Recommender(
-            model=model, tokenizer=tokenizer, sid_map=SID_MAP, catalog=extra, generation=GENERATION
+            model=model,
+            tokenizer=tokenizer,
+            sid_map=tiny_project.sid_map,
+            catalog=extra,
+            generation=GENERATION,
         )
 
 
@@ -102,11 +113,11 @@ def test_requirements_are_pinned_without_local_build_tags() -> None:
 
 
 def test_logged_model_loads_and_predicts(
-    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_project
 ) -> None:
     monkeypatch.chdir(tmp_path)
     sid_map = tmp_path / "sid_map.json"
-    sid_map.write_text(pd.Series(SID_MAP).to_json())
+    sid_map.write_text(pd.Series(tiny_project.sid_map).to_json())
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     mlflow.set_experiment("pyfunc-test")
     with mlflow.start_run():
@@ -114,7 +125,7 @@ def test_logged_model_loads_and_predicts(
             name="recommender",
             model_dir=model_dir,
             sid_map=sid_map,
-            catalog=catalog(),
+            catalog=tiny_project.catalog(),
             generation=GENERATION,
             example_history=["i0", "i1"],
         )
@@ -130,7 +141,7 @@ def test_logged_model_loads_and_predicts(
     out = loaded.predict(frame)
     assert list(out.columns) == ["item_ids", "titles", "scores"] and len(out) == 3
     for ids, titles in zip(out["item_ids"], out["titles"], strict=True):
-        _assert_valid(list(ids), list(titles), GENERATION.top_k)
+        _assert_valid(tiny_project, list(ids), list(titles), GENERATION.top_k)
     assert len(loaded.predict(frame, params={"k": 2})["item_ids"].iloc[0]) == 2
     with pytest.raises(ValueError, match="'nope'"):
         loaded.predict(pd.DataFrame({"history": [["nope"]]}))

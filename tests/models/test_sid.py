@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +17,8 @@ from models.sid import (
     to_minionerec_index,
 )
 from sidrec.errors import InputError
-from tests.conftest import MINIONEREC_SAMPLE
 
+MINIONEREC_SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "minionerec-sample"
 SAMPLE_INDEX = MINIONEREC_SAMPLE / "index" / "Industrial_and_Scientific.index.json"
 
 
