@@ -3,8 +3,9 @@ single file format they are saved in (``quantizer.pt``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -58,11 +59,24 @@ class RQVAEQuantizer:
         return {"method": "rqvae", **rqvae_state(self.model)}
 
 
-def save_quantizer(quantizer: Quantizer, path: Path) -> None:
-    torch.save(quantizer.state(), path)
+class SavedQuantizer(NamedTuple):
+    quantizer: Quantizer
+    embedding: dict[str, Any]
+    """How the embeddings it was trained on were made (empty for files saved without it)."""
 
 
-def load_quantizer(path: Path) -> Quantizer:
+def save_quantizer(
+    quantizer: Quantizer, path: Path, *, embedding: Mapping[str, Any] | None = None
+) -> None:
+    """The quantizer's state, plus ``embedding``: what new items' embeddings must match
+    (plain values and tensors, as ``torch.load(weights_only=True)`` reads them)."""
+    state = quantizer.state()
+    if embedding is not None:
+        state["embedding"] = dict(embedding)
+    torch.save(state, path)
+
+
+def load_quantizer(path: Path) -> SavedQuantizer:
     if not path.exists():
         raise InputError(
             "saved quantizer not found (incremental mode needs a previous full build)", path=path
@@ -71,11 +85,13 @@ def load_quantizer(path: Path) -> Quantizer:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for corrupt files
         raise InputError(f"not a readable quantizer file ({exc})", path=path) from None
-    method = state.get("method") if isinstance(state, dict) else None
+    if not isinstance(state, dict):
+        raise InputError("not a quantizer file (expected a dict of its state)", path=path)
+    method, embedding = state.get("method"), state.get("embedding") or {}
     if method == "rqkmeans":
-        return RQKMeans.from_state(state)
+        return SavedQuantizer(RQKMeans.from_state(state), embedding)
     if method == "rqvae":
         from models.rqvae import rqvae_from_state
 
-        return RQVAEQuantizer(rqvae_from_state(state))
+        return SavedQuantizer(RQVAEQuantizer(rqvae_from_state(state)), embedding)
     raise InputError(f"unknown quantizer method {method!r}", path=path)

@@ -186,6 +186,15 @@ class SidsConfig(_Section):
     """Stage 5: embeddings → collision-free semantic IDs (``sid_map.json``)."""
 
     method: Literal["rqvae", "rqkmeans"] = "rqvae"
+    embedding: Literal["text", "collaborative", "hybrid"] = "text"
+    """What is quantized: ``text`` (``item_emb.npy``), ``collaborative`` (item factors of a
+    truncated SVD of the train split's user × item matrix; every item needs train interactions)
+    or ``hybrid`` (both, each L2-normalized, concatenated; items without train interactions get
+    a zero collaborative part and are coded from their text)."""
+    collaborative_dim: int = Field(64, ge=1)
+    """SVD rank: factors per item (smaller than the train split's users and the catalog)."""
+    collaborative_weight: float = Field(1.0, gt=0)
+    """``hybrid``: scale of the (unit) collaborative part against the (unit) text part."""
     levels: int = Field(3, ge=1, le=8)
     codebook_size: int = Field(256, ge=2)
     """Codes per level (K); the SID vocabulary has levels × K tokens."""

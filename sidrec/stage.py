@@ -164,6 +164,8 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             *(_files(paths.grpo_model) if settings.grpo.enabled else []),
         ]
     files = [paths.item_emb, paths.item_emb_manifest, paths.validated("items")]
+    if settings.sids.embedding != "text":  # collaborative factors come from the train split
+        files.append(paths.split("train"))
     if settings.sids.incremental:  # incremental mode extends the existing map
         files += [paths.sid_map, paths.quantizer]
     if settings.sids.import_index is not None:

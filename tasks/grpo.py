@@ -43,6 +43,7 @@ from sidrec.orchestration import StageCache, publish_stats, publish_table
 from sidrec.protocol import seen_items, validation_half
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
+from tasks.shared.embeddings import load_embeddings
 from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split, recent_rows
 from tasks.shared.training import lora_config, trainer_arguments
 
@@ -90,7 +91,7 @@ def reward_functions(
         "rule": lambda: rule_reward,
         "ranking": lambda: partial(ranking_reward, num_generations=g),
         "collaborative": lambda: _collaborative(settings, item_ids),
-        "semantic": lambda: SemanticReward(embeddings=_embeddings(settings, len(item_ids))),
+        "semantic": lambda: SemanticReward(embeddings=load_embeddings(settings, item_ids)),
     }
     funcs, used = [], []
     for name, build in builders.items():
@@ -105,16 +106,6 @@ def _collaborative(settings: Settings, item_ids: list[str]) -> CollaborativeRewa
     """The reward from the SASRec model the ``baselines`` stage trained (read, not retrained)."""
     model = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
     return CollaborativeReward(model=model, max_len=model.config.max_len)
-
-
-def _embeddings(settings: Settings, n_items: int) -> np.ndarray:
-    emb = np.load(settings.paths.item_emb)
-    if emb.shape[0] != n_items:
-        raise ConfigError(
-            f"{settings.paths.item_emb} has {emb.shape[0]} rows for {n_items} catalog items; "
-            "re-run `sidrec embed` (the semantic reward needs one row per item)"
-        )
-    return emb
 
 
 class ValidationSample:

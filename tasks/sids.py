@@ -1,5 +1,7 @@
 """Stage 5 — sids: item embeddings → collision-free semantic IDs.
 
+What is quantized (``sids.embedding``): the text embeddings of the embed stage, collaborative
+item factors of the train split, or both side by side (``hybrid``).
 Writes ``data/sids/<ds>/sid_map.json`` (item_id → codes, equal length, unique), the trained
 quantizer beside it, a code-usage plot and ``metrics/sids.json``.
 Modes: full build (default), ``incremental`` (existing SIDs kept, new items coded by the saved
@@ -8,7 +10,6 @@ quantizer) and ``import_index`` (a MiniOneRec ``.index.json``).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -19,51 +20,18 @@ import pandas as pd
 from prefect import task
 
 from models.collisions import CatalogTooLarge, resolve_collisions
-from models.quantizer import Quantizer, load_quantizer, save_quantizer
+from models.quantizer import Quantizer, SavedQuantizer, load_quantizer, save_quantizer
 from models.sid import collision_stats, read_minionerec_index, read_sid_map
 from sidrec.config import Settings, SidsConfig
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
-from sidrec.protocol import catalog_fingerprint
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
 from sidrec.tracking import log_stage
+from tasks.shared.embeddings import item_embeddings
 
 log = logging.getLogger(__name__)
-
-
-def load_embeddings(settings: Settings, items: pd.DataFrame) -> np.ndarray:
-    """``item_emb.npy``, checked against the catalog: same rows, same order, finite values."""
-    paths = settings.paths
-    if not paths.item_emb.exists():
-        raise InputError("item embeddings not found; run `sidrec embed` first", path=paths.item_emb)
-    try:
-        emb = np.load(paths.item_emb, allow_pickle=False)
-        manifest = json.loads(paths.item_emb_manifest.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"embeddings or their manifest are unreadable ({exc})", path=paths.item_emb
-        ) from None
-    if emb.ndim != 2 or len(emb) != len(items):
-        raise InputError(
-            f"embeddings have shape {emb.shape}, expected {len(items)} rows (one per catalog item); re-run `sidrec embed`",
-            path=paths.item_emb,
-        )
-    if manifest.get("item_ids_sha256") != catalog_fingerprint(items["item_id"].tolist()):
-        raise InputError(
-            "embeddings were computed for another catalog order; re-run `sidrec embed`",
-            path=paths.item_emb,
-        )
-    bad = ~np.isfinite(emb).all(axis=1)
-    if bad.any():
-        raise InputError(
-            f"{int(bad.sum())} embedding row(s) contain NaN or inf",
-            path=paths.item_emb,
-            rows=np.flatnonzero(bad)[:5].tolist(),
-            values=items["item_id"][bad].head(5).tolist(),
-        )
-    return emb.astype(np.float32)
 
 
 def check_capacity(n_items: int, cfg: SidsConfig) -> None:
@@ -143,15 +111,28 @@ class Codes(NamedTuple):
     """Rows whose SID must not change (items of the previous map); they also forbid an extra level."""
 
 
-def build(settings: Settings, items: pd.DataFrame, emb: np.ndarray) -> Codes:
-    """Codes for every catalog item: from an imported index, by extending the previous map, or
-    from a newly trained quantizer."""
+def previous_quantizer(settings: Settings) -> SavedQuantizer | None:
+    """The saved quantizer of the map an incremental run extends (None: no map to extend)."""
+    cfg = settings.sids
+    if cfg.import_index is None and cfg.incremental and settings.paths.sid_map.exists():
+        return load_quantizer(settings.paths.quantizer)
+    return None
+
+
+def build(
+    settings: Settings,
+    items: pd.DataFrame,
+    emb: np.ndarray,
+    previous: SavedQuantizer | None = None,
+) -> Codes:
+    """Codes for every catalog item: from an imported index, by extending the previous map
+    (``previous``: its saved quantizer), or from a newly trained quantizer."""
     cfg = settings.sids
     ids = items["item_id"].tolist()
     if cfg.import_index is not None:
         return imported_codes(cfg, ids)
-    if cfg.incremental and settings.paths.sid_map.exists():
-        return incremental_codes(settings, ids, emb)
+    if previous is not None:
+        return incremental_codes(settings, ids, emb, previous.quantizer)
     if cfg.incremental:
         log.info("sids.incremental: no SID map yet at %s, building one", settings.paths.sid_map)
     check_capacity(len(ids), cfg)
@@ -189,11 +170,11 @@ def imported_codes(cfg: SidsConfig, ids: list[str]) -> Codes:
     return Codes(raw, None, False, "import", "import", k, facts={})
 
 
-def incremental_codes(settings: Settings, ids: list[str], emb: np.ndarray) -> Codes:
+def incremental_codes(
+    settings: Settings, ids: list[str], emb: np.ndarray, quantizer: Quantizer
+) -> Codes:
     """Items of the previous map keep their SIDs; new items are coded by the saved quantizer."""
-    paths = settings.paths
-    previous = read_sid_map(paths.sid_map)
-    quantizer = load_quantizer(paths.quantizer)
+    previous = read_sid_map(settings.paths.sid_map)
     known = np.array([i in previous for i in ids])
     width = len(next(iter(previous.values())))
     raw = np.zeros((len(ids), width), dtype=np.int64)
@@ -245,8 +226,10 @@ def resolve(codes: Codes, emb: np.ndarray) -> Any:
 def sids(settings: Settings) -> StageResult:
     paths = settings.paths
     items = read_table(paths.validated("items"), ITEMS, "validated items")
-    emb = load_embeddings(settings, items)
-    codes = build(settings, items, emb)
+    previous = previous_quantizer(settings)
+    embedded = item_embeddings(settings, items, previous)
+    emb = embedded.matrix
+    codes = build(settings, items, emb, previous)
     resolution = resolve(codes, emb)
     final = resolution.codes
     before, after = collision_stats(codes.raw), collision_stats(final)
@@ -259,7 +242,9 @@ def sids(settings: Settings) -> StageResult:
         "dataset": settings.project.dataset,
         "method": codes.method,
         "mode": codes.mode,
+        "embedding": settings.sids.embedding,
         "items": len(items),
+        "items_without_interactions": embedded.without_interactions,
         "levels": int(final.shape[1]),
         "codebook_size": codes.codebook_size,
         "collision_rate_before": round(before.collision_rate, 6),
@@ -280,7 +265,10 @@ def sids(settings: Settings) -> StageResult:
         out.json(sid_map, paths.sid_map)
         if codes.trained:
             assert quantizer is not None
-            out.stage(paths.quantizer, lambda tmp: save_quantizer(quantizer, tmp))
+            out.stage(
+                paths.quantizer,
+                lambda tmp: save_quantizer(quantizer, tmp, embedding=embedded.record),
+            )
             outputs.append(paths.quantizer)
         out.stage(paths.code_usage_plot, lambda tmp: plot_code_usage(final, report, tmp))
         out.json(report, paths.metrics("sids"))
@@ -342,7 +330,7 @@ def report_metrics(report: dict[str, Any]) -> dict[str, float]:
     }
     flat |= {
         k: float(report[k])
-        for k in ("reconstruction_error", "train_seconds")
+        for k in ("reconstruction_error", "train_seconds", "items_without_interactions")
         if report.get(k) is not None
     }
     for u in report["level_usage"]:
@@ -376,7 +364,7 @@ def sids_task(settings: Settings) -> StageResult:
             for u in m["level_usage"]
         ],
         description=(
-            f"{m['method']} SIDs for {m['items']} items: collision rate {m['collision_rate_before']} before, "
+            f"{m['method']} SIDs of {m['embedding']} embeddings for {m['items']} items: collision rate {m['collision_rate_before']} before, "
             f"{m['collision_rate_after']} after resolution; largest group {m['largest_collision_group']}"
         ),
     )

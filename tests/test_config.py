@@ -47,6 +47,11 @@ def test_apply_overrides_does_not_mutate_input():
             "split.method=random",
             "split.method: Input should be 'leave_one_out' or 'sliding_window'",
         ),
+        (
+            "sids.embedding=graph",
+            "sids.embedding: Input should be 'text', 'collaborative' or 'hybrid' (got 'graph')",
+        ),
+        ("sids.collaborative_dim=0", "sids.collaborative_dim: Input should be greater than"),
         ("ingest.source=csv", "source 'csv' needs ingest.interactions, ingest.items"),
         ("split.ratios=[0.5, 0.5, 0.5]", "ratios must be three positive numbers summing to 1"),
         (

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sidrec.config import load_settings
-from sidrec.stage import STAGE_PARAMS, STAGES
+from sidrec.stage import STAGE_PARAMS, STAGES, stage_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 DVC = Path(sys.executable).parent / "dvc"
@@ -72,6 +72,21 @@ def test_dvc_stages_match_code_params_and_paths():
         "register",
     )
     assert metrics == {s: str(paths.metrics(m)) for s, m in zip(STAGES, names, strict=True)}
+
+
+@pytest.mark.parametrize("embedding", ["text", "collaborative", "hybrid"])
+def test_dvc_deps_hold_every_file_a_stage_reads(embedding):
+    """What the code fingerprints (``stage_inputs``) is a DVC dep, or inside one; collaborative
+    and hybrid SIDs read the train split, text SIDs do not."""
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    settings = load_settings(REPO / "params.yaml", [f"sids.embedding={embedding}"])
+    for stage in STAGES[1:]:  # ingest reads the configured source files
+        deps = [Path(_resolve(d, params)) for d in dvc[stage]["deps"]]
+        for path in stage_inputs(stage, settings):
+            assert any(path == d or d in path.parents for d in deps), (stage, path)
+    train = settings.paths.split("train")
+    assert (train in stage_inputs("sids", settings)) == (embedding != "text")
 
 
 def _run(cmd: list[str], cwd: Path) -> str:
@@ -134,8 +149,9 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, write_csv_dataset):
     params["split"]["max_history"] = 1  # shorter histories: new split files
     _write_params(work, params)
     ran = _ran(_run([str(DVC), "repro"], work))
-    assert {"split", "baselines", "sft", "grpo", "evaluate"} <= ran
-    assert ran.isdisjoint({"ingest", "validate", "embed", "sids"})
+    # sids depends on the train split (collaborative / hybrid SIDs read it): it re-runs too
+    assert {"split", "sids", "baselines", "sft", "grpo", "evaluate"} <= ran
+    assert ran.isdisjoint({"ingest", "validate", "embed"})
 
     params["sasrec"]["patience"] = 1
     _write_params(work, params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,6 +11,10 @@ import pytest
 
 from models.sid import collision_stats, read_sid_map, to_minionerec_index
 from sidrec.errors import ConfigError, InputError
+from sidrec.io import AtomicOutputs
+from sidrec.schemas import ITEMS
+from tasks.shared.embeddings import item_embeddings
+from tasks.shared.inputs import read_split
 from tasks.sids import sids
 
 N_ITEMS = 120
@@ -57,6 +62,7 @@ def test_full_build_is_collision_free_with_equal_lengths(catalog, balanced, sids
     assert m["reassigned_last_level"] >= 6
     assert all(0 < u["usage"] <= 1 and u["perplexity"] >= 1 for u in m["level_usage"])
     assert m["reconstruction_error"] > 0
+    assert m["embedding"] == "text" and m["items_without_interactions"] is None
     assert (
         settings.paths.quantizer.exists()
         and settings.paths.code_usage_plot.read_bytes()[:4] == b"\x89PNG"
@@ -183,3 +189,86 @@ def test_rqvae_build_then_incremental(
     after = read_sid_map(settings.paths.sid_map)
     assert {k: after[k] for k in before} == before and len(after) == N_ITEMS + 3
     assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0
+
+
+# ---------------------------------------------------------------- collaborative and hybrid SIDs
+
+COLD = ["i55", "i56", "i57", "i58", "i59"]
+"""Of the synthetic catalog with 50 users: i55 and i56 are only valid/test targets, nobody
+consumed i57-i59."""
+
+
+@pytest.fixture
+def cold_catalog(project, synthetic_project):
+    """``cold_catalog(**sids)``: settings of the synthetic project (60 items, 50 users, text
+    SIDs already built) with these sids keys replaced."""
+    syn = dataclasses.replace(synthetic_project, n_users=50)
+    syn.write(syn.settings(project))
+
+    def make(**sids_cfg):
+        return syn.settings(project, sids={"collaborative_dim": 8, **sids_cfg})
+
+    return make
+
+
+def test_collaborative_factors_come_from_the_train_split_only(cold_catalog):
+    settings = cold_catalog(embedding="collaborative")
+    targets = {s: set(read_split(settings, s)["target"]) for s in ("valid", "test")}
+    assert {"i55", "i56"} <= targets["valid"] | targets["test"]  # seen, but not in train
+    text_map = settings.paths.sid_map.read_bytes()
+    with pytest.raises(
+        InputError,
+        match=r"train.parquet: 5 catalog item\(s\) have no interactions in the train split.*"
+        r"use sids.embedding=hybrid.*'i55', 'i56', 'i57', 'i58', 'i59'",
+    ):
+        sids(settings)
+    with pytest.raises(
+        ConfigError,
+        match=r"sids.collaborative_dim=50 must be smaller than the train split's 50 users",
+    ):
+        sids(cold_catalog(embedding="hybrid", collaborative_dim=50))
+    assert settings.paths.sid_map.read_bytes() == text_map  # nothing written
+
+
+def test_hybrid_sids_code_cold_items_from_text_then_extend_incrementally(
+    cold_catalog, write_embeddings
+):
+    settings = cold_catalog(embedding="hybrid")
+    result = sids(settings)
+    m = result.metrics
+    assert m["embedding"] == "hybrid" and m["items_without_interactions"] == len(COLD)
+    assert m["collision_rate_after"] == 0.0
+    assert json.loads(settings.paths.metrics("sids").read_text())["embedding"] == "hybrid"
+    sid_map = read_sid_map(settings.paths.sid_map)
+    assert len({tuple(v) for v in sid_map.values()}) == 60  # cold items included
+    assert len({len(v) for v in sid_map.values()}) == 1
+
+    items = pd.read_parquet(settings.paths.validated("items"))
+    emb = item_embeddings(settings, items).matrix
+    cold = items["item_id"].isin(COLD).to_numpy()
+    assert emb.shape == (60, 16 + 8)
+    assert not emb[cold, 16:].any()  # a zero collaborative part, the text part as embedded
+    np.testing.assert_allclose(np.linalg.norm(emb[~cold, 16:], axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(emb[:, :16], axis=1), 1.0, atol=1e-5)
+
+    # three new catalog items: coded from their text, folded into the saved SVD basis
+    more = pd.concat(
+        [items, pd.DataFrame({"item_id": ["n0", "n1", "n2"], "title": ["N0", "N1", "N2"]})]
+    )
+    with AtomicOutputs() as out:
+        out.parquet(more, settings.paths.validated("items"), ITEMS)
+    text = np.load(settings.paths.item_emb)
+    write_embeddings(settings, np.concatenate([text, text[:3]]), more["item_id"].tolist())
+    result = sids(cold_catalog(embedding="hybrid", incremental=True))
+    after = read_sid_map(settings.paths.sid_map)
+    assert {k: after[k] for k in sid_map} == sid_map and len(after) == 63
+    assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0
+    assert result.metrics["new_items"] == 3 and result.metrics["items_without_interactions"] == 8
+
+    # extending the hybrid map with another kind of embedding is refused
+    with pytest.raises(
+        InputError, match=r"built from \{'source': 'hybrid'.*sids.incremental=false"
+    ):
+        sids(cold_catalog(embedding="text", incremental=True))
+    with pytest.raises(InputError, match="rebuild the map"):
+        sids(cold_catalog(embedding="hybrid", collaborative_weight=2.0, incremental=True))
