@@ -22,7 +22,7 @@ run: $(STAMP)
 
 ## Lint, type-check, then the whole test suite (fast and slow), as CI does.
 test: $(STAMP) lint
-	$(BIN)/pytest -m 'slow or not slow'
+	$(BIN)/pytest -m 'slow or not slow' --durations=15
 
 test-fast: $(STAMP)
 	$(BIN)/pytest
