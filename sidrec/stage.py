@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from sidrec.config import Settings
 from sidrec.io import file_sha256
@@ -26,18 +26,8 @@ Stage = Literal[
     "evaluate",
     "register",
 ]
-STAGES: tuple[Stage, ...] = (
-    "ingest",
-    "validate",
-    "split",
-    "embed",
-    "sids",
-    "baselines",
-    "sft",
-    "grpo",
-    "evaluate",
-    "register",
-)
+STAGES: tuple[Stage, ...] = get_args(Stage)
+"""The stages in run order."""
 
 STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "ingest": ("project.dataset", "ingest"),
