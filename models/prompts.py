@@ -1,19 +1,34 @@
 """Prompt templates: the one place SFT, GRPO and evaluation build their text.
 
-Every prompt ends with a non-SID text token (``:``), so the constrained decoder can tell
-generated SID tokens from the prompt without state. Completions are SID token strings
-(``<a_12><b_3><c_7>``) or titles; the tokenizer's EOS is appended by the trainer.
+A model reads histories in one of two formats (:data:`PROMPT_FORMATS`), chosen by the SFT
+objective that trained it and stored in its config (:func:`set_prompt_format`), so every
+place that loads the model (evaluate, GRPO, the served model, a warm start) prompts it the
+way it was trained:
+
+- ``text``: ``The user interacted with <a_1><b_2><c_3><a_4>…. Next item:`` (``sft.objective:
+  rows``, the MiniOneRec prompt);
+- ``sequence``: ``<bos><a_1><b_2><c_3><eos><a_4>…<eos>``, each item's SID followed by the
+  tokenizer's EOS (``sft.objective: sequence``, trained on whole windows of a user's items).
+
+Either way a prompt ends with a non-SID token (``:`` or EOS), so the constrained decoder can
+tell generated SID tokens from the prompt without state, and a completion is a SID token
+string (``<a_12><b_3><c_7>``) or a title followed by EOS (appended by the trainer).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from models.sid import sid_string
 
 log = logging.getLogger(__name__)
+
+PromptFormat = Literal["text", "sequence"]
+PROMPT_FORMATS: tuple[PromptFormat, ...] = get_args(PromptFormat)
+FORMAT_KEY = "sidrec_prompt_format"
+"""The model config attribute (saved in config.json) naming the model's prompt format."""
 
 TASKS = ("seq_rec", "sid2title", "title2sid", "title_history")
 """seq_rec: SID history → next SID (the main task); sid2title / title2sid: align SIDs with
@@ -29,6 +44,25 @@ def seq_rec_prompt(history_sids: Sequence[Sequence[int]]) -> str:
     return (
         "The user interacted with " + "".join(sid_string(s) for s in history_sids) + ". Next item:"
     )
+
+
+def sequence_prompt(history_sids: Sequence[Sequence[int]], bos: str, eos: str) -> str:
+    """``bos`` then each item's SID followed by ``eos`` (the ``sequence`` format)."""
+    return bos + "".join(sid_string(s) + eos for s in history_sids)
+
+
+def prompt_format(model: Any) -> PromptFormat:
+    """The prompt format a model was trained with (``text`` when its config names none: models
+    saved before formats existed)."""
+    value = getattr(model.config, FORMAT_KEY, None) or "text"
+    if value not in PROMPT_FORMATS:
+        raise ValueError(f"the model's config names an unknown prompt format {value!r}")
+    return value
+
+
+def set_prompt_format(model: Any, fmt: PromptFormat) -> None:
+    """Record ``fmt`` in the model's config, so it is saved with the model."""
+    setattr(model.config, FORMAT_KEY, fmt)
 
 
 def title_history_prompt(history_titles: Sequence[str]) -> str:
@@ -70,10 +104,17 @@ class PromptBuilder:
         sid_map: Mapping[str, Sequence[int]],
         titles: Mapping[str, str],
         max_length: int,
+        fmt: PromptFormat = "text",
     ):
+        """``fmt``: how history prompts look (the model's :func:`prompt_format`)."""
+        if fmt not in PROMPT_FORMATS:
+            raise ValueError(f"unknown prompt format {fmt!r}; one of {', '.join(PROMPT_FORMATS)}")
         self.tokenizer = tokenizer
         self.sid_map = sid_map
         self.titles = titles
+        self.format = fmt
+        self.eos = tokenizer.eos_token
+        self.bos = tokenizer.bos_token or tokenizer.eos_token
         levels = len(next(iter(sid_map.values())))
         self.max_prompt = max_length - levels - 2  # room for the SID and EOS
         self.truncated = 0
@@ -87,7 +128,10 @@ class PromptBuilder:
         def render(items: Sequence[str]) -> str:
             if by_title:
                 return title_history_prompt([self.titles[i] for i in items])
-            return seq_rec_prompt([self.sid_map[i] for i in items])
+            sids = [self.sid_map[i] for i in items]
+            if self.format == "sequence":
+                return sequence_prompt(sids, self.bos, self.eos)
+            return seq_rec_prompt(sids)
 
         prompt, cut = fit_history(history, render, self.count, self.max_prompt)
         self.truncated += cut
@@ -97,6 +141,11 @@ class PromptBuilder:
         self, history: Sequence[str], target: str, by_title: bool = False
     ) -> Example:
         return Example(self.history_prompt(history, by_title), sid_string(self.sid_map[target]))
+
+    def sequence_example(self, items: Sequence[str]) -> Example:
+        """A window of a user's items as one example: every item's SID and EOS is a target."""
+        completion = sequence_prompt([self.sid_map[i] for i in items], "", self.eos)
+        return Example(self.bos, completion)
 
     def alignment_examples(self, task: str) -> list[Example]:
         """sid2title or title2sid pairs for every catalog item."""

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from models.constrained import generate_sids
-from models.prompts import PromptBuilder
+from models.prompts import PromptBuilder, prompt_format
 from models.sid_trie import SidTrie
 from sidrec.progress import ProgressBar
 
@@ -71,8 +71,9 @@ class SidRecommender:
         self.prompts = PromptBuilder(
             tokenizer=tokenizer,
             sid_map=sid_map,
-            titles=dict.fromkeys(self.item_ids, ""),  # seq_rec prompts carry SIDs only
+            titles=dict.fromkeys(self.item_ids, ""),  # history prompts carry SIDs only
             max_length=max_length,
+            fmt=prompt_format(model),  # as the model was trained
         )
         self.num_beams = num_beams
         self.max_history = max_history

@@ -49,6 +49,9 @@ class ProjectConfig(_Section):
     runs_dir: Path = Path("runs")
     """Each CLI run saves its resolved configuration under ``<runs_dir>/<time>-<command>/``."""
     seed: int = 42
+    preset: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    """default: the sections as written; another name: the keys under ``presets.<name>``
+    replace theirs (``--set`` still wins). See :func:`load_settings`."""
 
 
 class AmazonConfig(_Section):
@@ -277,19 +280,36 @@ class ModelConfig(_Section):
 class SftConfig(_Section):
     """Stage 6: supervised fine-tuning with TRL's SFTTrainer."""
 
+    objective: Literal["sequence", "rows"] = "sequence"
+    """How the main task (``seq_rec``) is built. sequence: each user's train sequence in
+    windows of up to ``window`` items, newest first, every item's SID a target (the model
+    reads histories as SID sequences); rows: one prompt/completion example per train row (the
+    MiniOneRec prompt ``The user interacted with … Next item:``)."""
+    window: int = Field(50, ge=2)
+    """sequence: items per training window (``window × (SID length + 1) + 1`` tokens must fit
+    ``model.max_length``)."""
     tasks: list[Literal["seq_rec", "sid2title", "title2sid", "title_history"]] = [
         "seq_rec",
         "sid2title",
         "title2sid",
     ]
     """seq_rec (SID history → next SID) is the main task; the others align SIDs with item text."""
-    max_rows_per_user: int | None = Field(10, ge=1)
-    """seq_rec / title_history: keep each user's most recent training rows (null = all)."""
+    max_rows_per_user: int | None = Field(None, ge=1)
+    """rows objective and title_history: keep each user's most recent training rows
+    (null = all)."""
     epochs: float = Field(3.0, gt=0)
+    """Planned epochs (the learning-rate schedule spans them); early stopping may end sooner."""
     batch_size: int = Field(64, ge=1)
     learning_rate: float = Field(2e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    eval_every: int = Field(1, ge=1)
+    """Epochs between validations (NDCG@10 on the validation selection users, ranked as
+    evaluate ranks); the best model is kept."""
+    patience: int | None = Field(3, ge=1)
+    """Validations in a row without improvement before training stops (null: never early)."""
+    eval_users: int | None = Field(None, ge=1)
+    """Validation selection users ranked at each validation (a fixed sample; null = all)."""
     eval_rows: int = Field(500, ge=1)
     """Validation-loss rows (from the valid split)."""
     logging_steps: int = Field(50, ge=1)
@@ -438,6 +458,23 @@ class OrchestrationConfig(_Section):
     """How long the parent flow waits for the training deployment's run."""
 
 
+QUALITY_PRESET: dict[str, Any] = {
+    "model.tiny.hidden_size": 256,
+    "model.tiny.layers": 4,
+    "model.tiny.heads": 4,
+    "model.tiny.kv_heads": 2,
+    "model.tiny.intermediate_size": 1024,
+    "sft.epochs": 40,
+    "sft.learning_rate": 0.001,
+    "sft.eval_every": 2,
+    "sft.patience": 3,
+    "grpo.max_steps": 600,
+    "grpo.eval_every": 100,
+}
+"""``presets.quality``: a 4.4M-parameter decoder (hidden 256 x 4 layers, the size the issue's
+GPU evidence reached 1.16x SASRec with) trained longer, for GPU workers or a patient CPU."""
+
+
 class Settings(_Section):
     """The whole of ``params.yaml``."""
 
@@ -454,11 +491,31 @@ class Settings(_Section):
     evaluate: EvaluateConfig = EvaluateConfig()
     register_: RegisterConfig = Field(RegisterConfig(), alias="register")
     orchestration: OrchestrationConfig = OrchestrationConfig()
+    presets: dict[str, dict[str, Any]] = {"quality": QUALITY_PRESET}
+    """``{name: {"section.key": value}}``: named sets of keys ``project.preset`` applies (only
+    keys of :data:`PRESET_SECTIONS`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    @field_validator("presets")
+    @classmethod
+    def _preset_keys(cls, presets: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, keys in presets.items():
+            if name == "default":
+                raise ValueError("'default' is the sections as written; name presets otherwise")
+            outside = [k for k in keys if k.split(".")[0] not in PRESET_SECTIONS]
+            if outside:
+                raise ValueError(
+                    f"{name}: {', '.join(outside)}: a preset may set keys of "
+                    f"{', '.join(PRESET_SECTIONS)} only (baselines and data stay as they are)"
+                )
+        return presets
+
     @model_validator(mode="after")
     def _cross_section(self) -> Settings:
+        if self.project.preset != "default" and self.project.preset not in self.presets:
+            defined = ", ".join(["default", *self.presets])
+            raise ValueError(f"project.preset: unknown preset {self.project.preset!r} ({defined})")
         if self.split.method == "leave_one_out" and self.validate_.min_user_interactions < 3:
             raise ValueError(
                 "split.method leave_one_out needs validate.min_user_interactions >= 3 "
@@ -500,16 +557,20 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """A deep copy of ``raw`` with each ``section.key=value`` override set."""
+    return set_keys(raw, [parse_override(text) for text in overrides])
+
+
+def set_keys(raw: Mapping[str, Any], keys: Iterable[tuple[list[str], Any]]) -> dict[str, Any]:
+    """A deep copy of ``raw`` with each ``(["section", "key"], value)`` set."""
     data: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw))) or {}
-    for text in overrides:
-        keys, value = parse_override(text)
+    for path, value in keys:
         node = data
-        for key in keys[:-1]:
+        for key in path[:-1]:
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {'.'.join(keys)}: '{key}' is not a section")
+                raise ConfigError(f"--set {'.'.join(path)}: '{key}' is not a section")
             node = child
-        node[keys[-1]] = value
+        node[path[-1]] = value
     return data
 
 
@@ -526,7 +587,30 @@ def load_settings(path: Path | str = DEFAULT_PARAMS, overrides: Iterable[str] = 
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
-    return settings_from_dict(apply_overrides(raw, overrides), origin=str(path))
+    return settings_from_dict(with_preset(raw, list(overrides)), origin=str(path))
+
+
+PRESET_SECTIONS = ("model", "sft", "grpo")
+"""What a preset may change: the generative model and its training. The data, the SIDs and the
+SASRec baseline are the same under every preset, so presets compare on one split against
+one baseline."""
+
+
+def with_preset(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``raw`` with the chosen preset's keys over the sections and the overrides over both.
+
+    The preset is the one ``project.preset`` names after the overrides (``--set
+    project.preset=quality`` chooses one); its keys come from ``presets.<name>``."""
+    data = apply_overrides(raw, overrides)
+    name = (data.get("project") or {}).get("preset", "default")
+    presets = data.get("presets") or {}
+    if name == "default" or not isinstance(presets, dict) or name not in presets:
+        return data  # an unknown name is reported by the settings model
+    keys = presets[name]
+    if not isinstance(keys, dict):
+        raise ConfigError(f"presets.{name}: expected a mapping of section.key: value")
+    layer = [(str(key).split("."), value) for key, value in keys.items()]
+    return apply_overrides(set_keys(data, layer), overrides)
 
 
 def settings_from_dict(data: Mapping[str, Any], origin: str = "params") -> Settings:

@@ -36,11 +36,24 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "embed": ("project.dataset", "embed"),
     "sids": ("project.dataset", "project.seed", "sids"),
     "baselines": ("project.dataset", "project.seed", "split.max_history", "sasrec"),
-    "sft": ("project.dataset", "project.seed", "model", "sft"),
-    # grpo validates as evaluate ranks: its beams, batch size and seen-item exclusion
+    # sft and grpo validate as evaluate ranks: its beams, batch size and seen-item exclusion
+    "sft": (
+        "project.dataset",
+        "project.seed",
+        "project.preset",
+        "presets",
+        "split.max_history",
+        "model",
+        "sft",
+        "evaluate.num_beams",
+        "evaluate.batch_size",
+        "evaluate.exclude_seen",
+    ),
     "grpo": (
         "project.dataset",
         "project.seed",
+        "project.preset",
+        "presets",
         "split.max_history",
         "model",
         "grpo",
@@ -51,6 +64,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "evaluate": (
         "project.dataset",
         "project.seed",
+        "project.preset",
+        "presets",
         "split.method",
         "split.max_history",
         "model.max_length",
@@ -61,6 +76,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "register": (
         "project.dataset",
         "project.seed",
+        "project.preset",
+        "presets",
         "split.max_history",
         "model.max_length",
         "grpo.enabled",

@@ -24,9 +24,7 @@ from models.baselines.sasrec import load_baseline
 from models.constrained import sid_regex
 from models.grpo_callbacks import SampleSink
 from models.lm import replace_dir, save_model_dir
-from models.metrics import rank_metrics
 from models.prompts import PromptBuilder
-from models.recommender import SidRecommender
 from models.rewards import (
     CollaborativeReward,
     NonFiniteGuard,
@@ -40,15 +38,14 @@ from sidrec.config import Settings
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats, publish_table
-from sidrec.protocol import seen_items, validation_half
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
 from tasks.shared.embeddings import load_embeddings
 from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split, recent_rows
 from tasks.shared.training import lora_config, trainer_arguments
+from tasks.shared.validation import ValidationSample
 
 log = logging.getLogger(__name__)
-VALID_KS = (1, 5, 10)
 
 
 def check_grpo_config(settings: Settings, n_items: int) -> None:
@@ -108,41 +105,14 @@ def _collaborative(settings: Settings, item_ids: list[str]) -> CollaborativeRewa
     return CollaborativeReward(model=model, max_len=model.config.max_len)
 
 
-class ValidationSample:
-    """HR/NDCG@K of the model being trained on the selection half of the validation users,
-    ranked by the shared recommender exactly as the evaluate stage ranks (same beam width,
-    same exclusion of seen items), so the checkpoint kept is the one evaluate would prefer."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        recommender: SidRecommender,
-        train: pd.DataFrame,
-        valid: pd.DataFrame,
-        index: dict[str, int],
-    ):
-        rows = validation_half(valid, "selection")
-        n = min(settings.grpo.eval_users or len(rows), len(rows))
-        sample = rows.sample(n=n, random_state=settings.project.seed) if n < len(rows) else rows
-        self.histories = [list(h) for h in sample["history"]]
-        self.exclude = seen_items(train, sample) if settings.evaluate.exclude_seen else None
-        self.targets = encode_targets(list(sample["target"]), index, "valid targets")
-        self.recommender = recommender
-
-    def __call__(self, model: Any) -> dict[str, float]:
-        ranking = self.recommender.with_model(model).rank(
-            self.histories, max(VALID_KS), exclude=self.exclude
-        )
-        return rank_metrics(ranking.items, self.targets, VALID_KS)
-
-
 def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResult:
     """Train the SFT model further with GRPO; ``on_samples(step, rows)`` receives each sample table."""
     from datasets import Dataset
 
-    from models.grpo_callbacks import SampleTables, ValidationCallback
+    from models.grpo_callbacks import SampleTables
     from models.grpo_config import SidGRPOConfig
     from models.grpo_trainer import SidGRPOTrainer
+    from models.validation import ValidationCallback
 
     cfg, paths = settings.grpo, settings.paths
     if not cfg.enabled:
@@ -156,11 +126,22 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     model, tokenizer, trie = recommender.model, recommender.tokenizer, recommender.trie
     titles = dict(zip(item_ids, items["title"].astype(str), strict=True))
     builder = PromptBuilder(
-        tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
+        tokenizer=tokenizer,
+        sid_map=sid_map,
+        titles=titles,
+        max_length=settings.model.max_length,
+        fmt=recommender.prompts.format,  # as the SFT model was trained
     )
     index = catalog_index(item_ids)
     rows = training_rows(settings, builder, train, index)
-    validation = ValidationSample(settings, recommender, train, valid, index)
+    validation = ValidationSample(
+        recommender,
+        train,
+        valid,
+        users=cfg.eval_users,
+        seed=settings.project.seed,
+        exclude_seen=settings.evaluate.exclude_seen,
+    )
     rewards, weights = reward_functions(settings, item_ids)
 
     try:
@@ -233,7 +214,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     replace_dir(best_dir, paths.grpo_model)
 
     metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
-    metrics["valid_users"] = len(validation.targets)
+    metrics["valid_users"] = len(validation)
     metrics["valid_num_beams"] = settings.evaluate.num_beams
     atomic_write_json(paths.metrics("grpo"), metrics)
     start, best = metrics["valid_start"]["ndcg@10"], metrics["valid_best"]["ndcg@10"]

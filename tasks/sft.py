@@ -1,12 +1,20 @@
 """Stage 6 — sft: teach a language model to generate the next item's SID (TRL's SFTTrainer).
 
+``sft.objective`` builds the main task: ``sequence`` trains on windows of each user's train
+sequence (every interaction a target, every epoch), ``rows`` on one prompt/completion example
+per train row; the alignment tasks mix in. The model is ranked on the validation selection
+users every ``sft.eval_every`` epochs exactly as evaluate ranks; the best one is kept and
+training stops after ``sft.patience`` validations without improvement.
+
 Writes ``artifacts/sft/<ds>/model`` (model + tokenizer with SID tokens, loads with
-``from_pretrained``) and ``metrics/sft.json``. Loss on the completion only.
+``from_pretrained``; its config names the prompt format it was trained with) and
+``metrics/sft.json``. Loss on the completion only.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,32 +22,44 @@ from typing import Any
 import pandas as pd
 from prefect import task
 
+from models.baselines import train_sequences
 from models.lm import (
     add_sid_tokens,
     build_tiny,
     load_model_dir,
     load_pretrained,
+    replace_dir,
     save_model_dir,
     train_tokenizer,
 )
 from models.prompts import (
     Example,
     PromptBuilder,
+    PromptFormat,
     seq_rec_prompt,
+    set_prompt_format,
     sid2title_prompt,
     title2sid_prompt,
     title_history_prompt,
 )
+from models.recommender import SidRecommender
 from models.sid import SidMap
 from sidrec.config import Settings
+from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats
 from sidrec.protocol import validation_half
 from sidrec.registry import champion_label, champion_start
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
-from tasks.shared.inputs import load_catalog_and_map, read_split, recent_rows
+from tasks.shared.inputs import (
+    load_catalog_and_map,
+    read_split,
+    recent_rows,
+    recommender_options,
+)
 from tasks.shared.training import lora_config, trainer_arguments
+from tasks.shared.validation import ValidationSample
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +108,34 @@ def build_model_and_tokenizer(
     return model, tokenizer
 
 
+def prompt_format_of(settings: Settings) -> PromptFormat:
+    """The prompt format the configured objective trains."""
+    return "sequence" if settings.sft.objective == "sequence" else "text"
+
+
+def check_window(settings: Settings, levels: int) -> None:
+    """A sequence window must fit the context: BOS, then L SID tokens and EOS per item."""
+    cfg = settings.sft
+    tokens = cfg.window * (levels + 1) + 1
+    if cfg.objective == "sequence" and tokens > settings.model.max_length:
+        fits = (settings.model.max_length - 1) // (levels + 1)
+        raise ConfigError(
+            f"sft.window={cfg.window} items of {levels} SID tokens + EOS take {tokens} tokens, "
+            f"more than model.max_length={settings.model.max_length}; set sft.window <= {fits} "
+            "or raise model.max_length"
+        )
+
+
+def sequence_windows(train: pd.DataFrame, window: int) -> list[list[str]]:
+    """Each user's train sequence cut into windows of up to ``window`` items, newest first, so
+    every train interaction is in exactly one window."""
+    return [
+        sequence[max(0, end - window) : end]
+        for sequence in train_sequences(train)
+        for end in range(len(sequence), 0, -window)
+    ]
+
+
 def build_datasets(
     settings: Settings, builder: PromptBuilder, train: pd.DataFrame, valid: pd.DataFrame
 ) -> tuple[list[Example], list[Example]]:
@@ -95,7 +143,9 @@ def build_datasets(
     rows = recent_rows(train, cfg.max_rows_per_user)
     examples: list[Example] = []
     for task_name in cfg.tasks:
-        if task_name in ("seq_rec", "title_history"):
+        if task_name == "seq_rec" and cfg.objective == "sequence":
+            examples += [builder.sequence_example(w) for w in sequence_windows(train, cfg.window)]
+        elif task_name in ("seq_rec", "title_history"):
             by_title = task_name == "title_history"
             examples += [
                 builder.history_example(list(h), t, by_title)
@@ -114,12 +164,16 @@ def build_datasets(
 
 def sft(settings: Settings) -> StageResult:
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
+
+    from models.sft_trainer import SidSFTTrainer
+    from models.validation import ValidationCallback
 
     paths, cfg = settings.paths, settings.sft
     items, sid_map = load_catalog_and_map(settings)
     train, valid = read_split(settings, "train"), read_split(settings, "valid")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
+    check_window(settings, levels)
     warm = None
     if cfg.warm_start == "champion":
         with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as download:
@@ -132,9 +186,14 @@ def sft(settings: Settings) -> StageResult:
         model.train()
     else:
         model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
+    set_prompt_format(model, prompt_format_of(settings))  # saved with the model
     titles = dict(zip(items["item_id"], items["title"].astype(str), strict=True))
     builder = PromptBuilder(
-        tokenizer=tokenizer, sid_map=sid_map, titles=titles, max_length=settings.model.max_length
+        tokenizer=tokenizer,
+        sid_map=sid_map,
+        titles=titles,
+        max_length=settings.model.max_length,
+        fmt=prompt_format_of(settings),
     )
     examples, evals = build_datasets(settings, builder, train, valid)
     if builder.truncated:
@@ -152,35 +211,67 @@ def sft(settings: Settings) -> StageResult:
             per_device_train_batch_size=cfg.batch_size,
             per_device_eval_batch_size=cfg.batch_size,
             warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps
-            lr_scheduler_type="cosine",
+            lr_scheduler_type="cosine",  # over the planned epochs
             logging_steps=cfg.logging_steps,
             eval_strategy="epoch",
-            save_strategy="epoch",
-            save_total_limit=1,
+            save_strategy="no",  # the best model by validation NDCG@10 is kept instead
             max_length=settings.model.max_length,
             completion_only_loss=True,
         )
     )
     # the new SID rows must learn: SFT trains the embeddings and output layer in full
     peft_config = lora_config(settings, modules_to_save=["embed_tokens", "lm_head"])
-    trainer = SFTTrainer(
+    recommender = SidRecommender(
+        model=model,
+        tokenizer=tokenizer,
+        sid_map=sid_map,
+        item_ids=items["item_id"].tolist(),
+        **recommender_options(settings),
+    )
+    validation = ValidationSample(
+        recommender,
+        train,
+        valid,
+        users=cfg.eval_users,
+        seed=settings.project.seed,
+        exclude_seen=settings.evaluate.exclude_seen,
+    )
+    best_dir = paths.sft_dir / ".best"
+    shutil.rmtree(best_dir, ignore_errors=True)
+    validator = ValidationCallback(
+        evaluate=validation,
+        save_best=lambda m: save_model_dir(m, tokenizer, best_dir),
+        every=cfg.eval_every,
+        unit="epoch",
+        at_start=warm is not None,  # a warm start is kept when training does not beat it
+        patience=cfg.patience,
+    )
+    trainer = SidSFTTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list([e._asdict() for e in examples]),
         eval_dataset=Dataset.from_list([e._asdict() for e in evals]),
         processing_class=tokenizer,
         peft_config=peft_config,
+        callbacks=[validator],
     )
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
-    with stage_run(dataset=settings.project.dataset, stage="sft", params=run_params):
-        result = trainer.train()
-        eval_metrics = trainer.evaluate()
-    save_model_dir(trainer.model, tokenizer, paths.sft_model)
-    metrics = {
+    try:
+        with stage_run(dataset=settings.project.dataset, stage="sft", params=run_params):
+            result = trainer.train()
+            eval_metrics = trainer.evaluate()
+        assert validator.best is not None, "training ends with a validation"
+        replace_dir(best_dir, paths.sft_model)
+    finally:
+        shutil.rmtree(best_dir, ignore_errors=True)
+    best = validator.best
+    metrics: dict[str, Any] = {
         "dataset": settings.project.dataset,
         "preset": settings.model.preset,
         "warm_start": champion_label(settings) if warm is not None else None,
+        "objective": cfg.objective,
+        "window": cfg.window if cfg.objective == "sequence" else None,
         "tasks": list(cfg.tasks),
         "train_examples": len(examples),
         "eval_examples": len(evals),
@@ -189,12 +280,20 @@ def sft(settings: Settings) -> StageResult:
         "train_loss": round(float(result.training_loss), 5),
         "eval_loss": round(float(eval_metrics["eval_loss"]), 5),
         "steps": int(result.global_step),
+        "epochs_run": round(float(trainer.state.epoch or 0), 3),
+        "stopped_early": validator.stopped_early,
         "train_seconds": round(float(result.metrics["train_runtime"]), 1),
+        "valid_users": len(validation),
+        "valid_num_beams": settings.evaluate.num_beams,
+        "best_epoch": best.get("epoch", 0.0),
+        "valid_best": {k: round(v, 5) for k, v in best.items() if "@" in k},
+        "valid_history": [{k: round(v, 5) for k, v in r.items()} for r in validator.history],
     }
     atomic_write_json(paths.metrics("sft"), metrics)
     summary = (
-        f"{metrics['train_examples']:,} examples · {metrics['steps']} steps · "
-        f"eval loss {metrics['eval_loss']:.3f}"
+        f"{cfg.objective}: {metrics['train_examples']:,} examples · {metrics['steps']} steps · "
+        f"best epoch {metrics['best_epoch']:g} of {metrics['epochs_run']:g} · valid NDCG@10 "
+        f"{metrics['valid_best']['ndcg@10']:.4f}"
     )
     files = [paths.sft_model / "config.json", paths.metrics("sft")]
     return StageResult.from_files("sft", files, metrics, summary)
@@ -204,7 +303,15 @@ def sft(settings: Settings) -> StageResult:
 def sft_task(settings: Settings) -> StageResult:
     result = sft(settings)
     m = result.metrics
-    stats = ("preset", "train_examples", "parameters", "train_loss", "eval_loss", "steps")
+    stats: tuple[str, ...] = (
+        "preset",
+        "objective",
+        "train_examples",
+        "parameters",
+        "train_loss",
+        "eval_loss",
+    )
+    stats += ("steps", "best_epoch", "epochs_run")
     publish_stats(
         "sft",
         m["dataset"],

@@ -115,3 +115,27 @@ def test_sasrec_heads_must_divide_hidden(project):
     with pytest.raises(ConfigError, match=r"sasrec.heads: Value error, must divide sasrec.hidden"):
         load_settings("params.yaml", ["sasrec.hidden=10", "sasrec.heads=3"])
     assert load_settings("params.yaml", ["sasrec.max_len=50"]).sasrec.max_len == 50
+
+
+def test_a_preset_replaces_its_keys_and_set_still_wins():
+    quality = load_settings(REPO / "params.yaml", ["project.preset=quality", "sft.epochs=5"])
+    assert (quality.model.tiny.hidden_size, quality.model.tiny.layers) == (256, 4)
+    assert quality.sft.learning_rate == 0.001 and quality.grpo.max_steps == 600
+    assert quality.sft.epochs == 5  # --set over the preset
+    default = load_settings(REPO / "params.yaml")
+    # data, SIDs and the SASRec baseline are the same under every preset
+    for section in ("ingest", "split", "embed", "sids", "sasrec", "evaluate"):
+        assert quality.section(section) == default.section(section)
+    assert default.model.tiny.hidden_size == 128 and default.project.preset == "default"
+
+
+def test_bad_presets_are_config_errors():
+    with pytest.raises(ConfigError, match=r"unknown preset 'fast' \(default, quality\)"):
+        load_settings(REPO / "params.yaml", ["project.preset=fast"])
+    with pytest.raises(ConfigError, match="a preset may set keys of model, sft, grpo only"):
+        load_settings(REPO / "params.yaml", ["presets.fast={sasrec.lr: 1}", "project.preset=fast"])
+    with pytest.raises(ConfigError, match="model.tiny.depth: unknown key"):
+        load_settings(
+            REPO / "params.yaml",
+            ["presets.quality={model.tiny.depth: 3}", "project.preset=quality"],
+        )

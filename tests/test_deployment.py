@@ -54,9 +54,18 @@ def test_prefect_yaml_has_weekly_manual_and_gpu_deployments():
     from prefect.client.schemas.schedules import CronSchedule
 
     deployments = prefect_deployments()
-    assert set(deployments) == {"retrain-weekly", "retrain-manual", "train-gpu"}
+    assert set(deployments) == {"retrain-weekly", "retrain-manual", "retrain-quality", "train-gpu"}
     pools = {name: d["work_pool"]["name"] for name, d in deployments.items()}
-    assert pools == {"retrain-weekly": "cpu", "retrain-manual": "cpu", "train-gpu": "gpu"}
+    assert pools == {
+        "retrain-weekly": "cpu",
+        "retrain-manual": "cpu",
+        "retrain-quality": "cpu",
+        "train-gpu": "gpu",
+    }
+    # the quality preset trains on the gpu pool
+    quality = deployments["retrain-quality"]["parameters"]["overrides"]
+    assert "project.preset=quality" in quality
+    assert "orchestration.gpu_deployment=train-remote/train-gpu" in quality
     (weekly,) = deployments["retrain-weekly"]["schedules"]
     schedule = CronSchedule(cron=weekly["cron"], timezone=weekly["timezone"])
     assert schedule.cron == "0 3 * * 1" and schedule.timezone == "UTC"
@@ -65,7 +74,9 @@ def test_prefect_yaml_has_weekly_manual_and_gpu_deployments():
     assert deployments["retrain-manual"]["entrypoint"] == "flows/retrain.py:retrain"
 
 
-@pytest.mark.parametrize("name", ["retrain-weekly", "retrain-manual", "train-gpu"])
+@pytest.mark.parametrize(
+    "name", ["retrain-weekly", "retrain-manual", "retrain-quality", "train-gpu"]
+)
 def test_deployment_parameters_fit_the_flow_and_the_config(name):
     from prefect.flows import load_flow_from_entrypoint
 

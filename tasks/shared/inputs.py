@@ -4,6 +4,7 @@ recent rows, and the shared recommender around a trained model folder."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -46,6 +47,17 @@ def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
     )
 
 
+def recommender_options(settings: Settings) -> dict[str, Any]:
+    """How every stage ranks: evaluate's beam width and batch size, the model's context and
+    the split's history length."""
+    return {
+        "max_length": settings.model.max_length,
+        "num_beams": settings.evaluate.num_beams,
+        "max_history": settings.split.max_history,
+        "batch_size": settings.evaluate.batch_size,
+    }
+
+
 def load_recommender(
     settings: Settings, folder: Path, sid_map: SidMap, item_ids: list[str], *, missing_hint: str
 ) -> SidRecommender:
@@ -58,10 +70,7 @@ def load_recommender(
             missing_hint=missing_hint,
             sid_map=sid_map,
             item_ids=item_ids,
-            max_length=settings.model.max_length,
-            num_beams=settings.evaluate.num_beams,
-            max_history=settings.split.max_history,
-            batch_size=settings.evaluate.batch_size,
+            **recommender_options(settings),
         )
     except ValueError as exc:
         raise InputError(

@@ -1,0 +1,83 @@
+"""SFT objectives: sequence windows (every train interaction a target) and per-row prompts; the
+prompt format a model was trained with travels with it; validation keeps the best epoch."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from models.lm import load_model_dir
+from models.prompts import prompt_format
+from sidrec.errors import ConfigError
+from tasks.sft import check_window, sequence_windows
+from tasks.shared.inputs import load_catalog_and_map, load_recommender
+
+
+def _train(sequences: dict[str, list[str]], max_history: int = 3) -> pd.DataFrame:
+    """Train rows as the split writes them: one per target, histories capped."""
+    rows = [
+        (user, items[max(0, k - max_history) : k], items[k], 1_600_000_000 + k)
+        for user, items in sequences.items()
+        for k in range(1, len(items))
+    ]
+    return pd.DataFrame(rows, columns=["user_id", "history", "target", "timestamp"])
+
+
+def test_windows_hold_every_interaction_once_newest_first():
+    sequences = {"u1": [f"a{k}" for k in range(12)], "u2": ["b0", "b1", "b2"]}
+    windows = sequence_windows(_train(sequences), window=5)
+    assert windows == [
+        ["a7", "a8", "a9", "a10", "a11"],  # the newest items make a full window
+        ["a2", "a3", "a4", "a5", "a6"],
+        ["a0", "a1"],
+        ["b0", "b1", "b2"],
+    ]
+    flat = [i for w in windows for i in w]
+    assert sorted(flat) == sorted(i for s in sequences.values() for i in s)
+
+
+def test_a_window_longer_than_the_context_is_a_config_error(make_settings, project):
+    settings = make_settings(project, sft={"window": 70}, model={"max_length": 256})
+    with pytest.raises(ConfigError, match=r"sft.window=70 .* 281 tokens.*model.max_length=256"):
+        check_window(settings, levels=3)
+    check_window(
+        settings.model_copy(update={"sft": settings.sft.model_copy(update={"window": 63})}), 3
+    )
+    rows = make_settings(project, sft={"window": 70, "objective": "rows"})
+    check_window(rows, levels=3)  # the rows objective has no windows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["sequence", "rows"])
+def test_the_objective_sets_the_format_every_loader_uses(prepared, synthetic_project, objective):
+    from tasks.evaluate import evaluate
+    from tasks.sft import sft
+
+    settings = synthetic_project.settings(
+        prepared.paths.data_dir.parent,
+        sft={"objective": objective, "epochs": 4, "eval_every": 2, "tasks": ["seq_rec"]},
+    )
+    result = sft(settings)
+    m = result.metrics
+    expected_format = "sequence" if objective == "sequence" else "text"
+    model, _ = load_model_dir(settings.paths.sft_model)
+    assert prompt_format(model) == expected_format
+    # 60 users x 6 train items: one window each, or one example per train row (5 per user)
+    assert m["train_examples"] == (60 if objective == "sequence" else 300)
+    assert (m["objective"], m["window"]) == (objective, 50 if objective == "sequence" else None)
+    assert [r["epoch"] for r in m["valid_history"]] == [2.0, 4.0]
+    best = max(m["valid_history"], key=lambda r: r["ndcg@10"])
+    assert m["best_epoch"] == best["epoch"] and m["valid_best"]["ndcg@10"] == best["ndcg@10"]
+    assert 0 < m["valid_users"] < 60  # the selection half of the validation users
+    assert not (settings.paths.sft_dir / ".best").exists()
+
+    report = evaluate(settings).metrics
+    assert report["test"]["sft"]["invalid_rate"] == 0.0
+    items, sid_map = load_catalog_and_map(settings)
+    loaded = load_recommender(
+        settings, settings.paths.sft_model, sid_map, items["item_id"].tolist(), missing_hint=""
+    )
+    assert loaded.prompts.format == expected_format  # evaluate, grpo, the gate and pyfunc
+    assert json.loads(settings.paths.metrics("sft").read_text())["objective"] == objective
