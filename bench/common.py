@@ -1,14 +1,34 @@
-"""What every benchmark script starts with."""
+"""What every benchmark script starts with, and how a benchmark runs the stages in a folder."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import importlib
+import json
 import logging
 import os
+import platform
+import sys
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
+
+from sidrec.config import Settings, load_settings
+from sidrec.errors import InputError
+from sidrec.io import atomic_write_json, read_json
+from sidrec.paths import DatasetPaths
+from sidrec.stage import STAGES, Stage, StageResult
+
+REPO = Path(__file__).resolve().parent.parent
+OUTPUT_DIRS = ("data", "metrics", "artifacts")
+"""The output folders of a run in its own folder (``<work>/data``, ``<work>/metrics``, ...)."""
 
 
 def bench_args(
@@ -28,3 +48,126 @@ def bench_args(
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     logging.basicConfig(level=logging.WARNING)
     return args
+
+
+def folder_overrides(work: Path) -> list[str]:
+    """Overrides that put every output of a run under ``work``: its data, metrics, artifacts and
+    run configs, and a cold embedding cache (a later ``embed.cache_dir=`` override shares one)."""
+    return [
+        *(f"project.{d}_dir={work / d}" for d in (*OUTPUT_DIRS, "runs")),
+        f"embed.cache_dir={work / 'cache'}",
+    ]
+
+
+def folder_paths(work: Path, dataset: str) -> DatasetPaths:
+    """Where the stages wrote a run made with :func:`folder_overrides` (``work``)."""
+    return DatasetPaths(
+        data_dir=work / "data",
+        metrics_dir=work / "metrics",
+        artifacts_dir=work / "artifacts",
+        dataset=dataset,
+    )
+
+
+def folder_settings(work: Path, overrides: Sequence[str] = ()) -> Settings:
+    """The repo's params.yaml with the outputs under ``work``; ``overrides`` come last and win."""
+    return load_settings(REPO / "params.yaml", [*folder_overrides(work), *overrides])
+
+
+class StagesRun(NamedTuple):
+    """What :func:`run_stages` ran: the settings, each stage's result and its seconds."""
+
+    settings: Settings
+    results: dict[Stage, StageResult]
+    seconds: dict[Stage, float]
+
+
+def run_stages(
+    work: Path, overrides: Sequence[str] = (), *, until: Stage = STAGES[-1]
+) -> StagesRun:
+    """Every stage function in order up to ``until`` (as `make run` runs them, without Prefect),
+    each timed, with :func:`folder_settings` (all outputs under ``work``). Runs inside ``work``
+    with MLflow tracking in ``work/mlflow.db``; the working directory and
+    ``MLFLOW_TRACKING_URI`` are restored afterwards."""
+    work = work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    settings = folder_settings(work, overrides)
+    results: dict[Stage, StageResult] = {}
+    seconds: dict[Stage, float] = {}
+    with _inside(work):
+        for stage in STAGES[: STAGES.index(until) + 1]:
+            stage_fn = getattr(importlib.import_module(f"tasks.{stage}"), stage)
+            started = time.perf_counter()
+            results[stage] = stage_fn(settings)
+            seconds[stage] = time.perf_counter() - started
+    return StagesRun(settings, results, seconds)
+
+
+@contextlib.contextmanager
+def _inside(work: Path) -> Iterator[None]:
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
+    try:
+        with contextlib.chdir(work):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+RUN_RECORD = "bench-run.json"
+"""Written into a run folder when its stages finished: what ran, with which settings, how long."""
+
+
+def run_record(folder: Path, missing_hint: str) -> dict[str, Any]:
+    """The record of the finished run in ``folder`` (see :func:`ensure_run`); a clear error for
+    a missing or unfinished run folder, with ``missing_hint`` (how to make it)."""
+    if not folder.is_dir():
+        raise InputError(f"run folder not found; {missing_hint}", path=folder)
+    hint = f"the run there did not finish; {missing_hint}"
+    record: dict[str, Any] = read_json(folder / RUN_RECORD, "run record", hint)
+    return record
+
+
+def ensure_run(folder: Path, overrides: list[str], until: Stage) -> dict[str, Any]:
+    """:func:`run_stages` until ``until`` in ``folder`` and its record written last (stage
+    seconds, resolved-settings digest, machine), unless a finished run there already got that far
+    with the same resolved settings: then only its record is returned."""
+    folder = folder.resolve()
+    settings = folder_settings(folder, overrides)
+    digest = hashlib.sha256(json.dumps(settings.to_yaml_dict(), sort_keys=True).encode())
+    path = folder / RUN_RECORD
+    if path.exists():
+        record: dict[str, Any] = json.loads(path.read_text())
+        reached = STAGES.index(record["until"]) >= STAGES.index(until)
+        if reached and record["settings_sha256"] == digest.hexdigest():
+            return record
+    print(f"running the stages until {until} in {folder}", file=sys.stderr, flush=True)
+    path.unlink(missing_ok=True)  # unfinished until the new record is written
+    run = run_stages(folder, overrides, until=until)
+    record = {
+        "dataset": settings.project.dataset,
+        "seed": settings.project.seed,
+        "until": until,
+        "overrides": list(overrides),
+        "settings_sha256": digest.hexdigest(),
+        "seconds": {stage: round(s, 1) for stage, s in run.seconds.items()},
+        "machine": machine(),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    atomic_write_json(path, record)
+    return record
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": gpu,
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+    }

@@ -13,18 +13,13 @@ interval excludes 0). Target: the whole run <= 15 minutes on 2 CPU cores.
 
 from __future__ import annotations
 
-import importlib
-import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_args
-from sidrec.config import load_settings
+from bench.common import bench_args, run_stages
 from sidrec.stage import STAGES
-
-REPO = Path(__file__).resolve().parent.parent
+from tasks.evaluate import evaluate
 
 
 def main() -> None:
@@ -34,36 +29,18 @@ def main() -> None:
             "--set", dest="overrides", action="append", default=[], help="section.key=value"
         ),
     )
-    seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
-        os.chdir(work)
-        settings = load_settings(
-            REPO / "params.yaml",
-            [
-                f"project.data_dir={work / 'data'}",
-                f"project.metrics_dir={work / 'metrics'}",
-                f"project.artifacts_dir={work / 'artifacts'}",
-                f"embed.cache_dir={work / 'cache'}",
-                *args.overrides,
-            ],
-        )
-        results = {}
-        for stage in STAGES:
-            stage_fn = getattr(importlib.import_module(f"tasks.{stage}"), stage)
-            started = time.perf_counter()
-            results[stage] = stage_fn(settings)
-            seconds[stage] = time.perf_counter() - started
-        unmasked_dir = work / "metrics-unmasked"
+        settings, results, seconds = run_stages(work, args.overrides)
         unmasked = settings.model_copy(
             update={
-                "project": settings.project.model_copy(update={"metrics_dir": unmasked_dir}),
+                "project": settings.project.model_copy(
+                    update={"metrics_dir": work / "metrics-unmasked"}
+                ),
                 "evaluate": settings.evaluate.model_copy(update={"exclude_seen": False}),
             }
         )
-        evaluate_fn = importlib.import_module("tasks.evaluate").evaluate
-        unmasked_report = evaluate_fn(unmasked).metrics
+        unmasked_report = evaluate(unmasked).metrics
     report = results["evaluate"].metrics
     sft = results["sft"].metrics
     print(

@@ -21,11 +21,8 @@ from typing import Any
 
 import yaml
 
-from bench.common import bench_args
+from bench.common import OUTPUT_DIRS, REPO, bench_args, folder_overrides
 from sidrec.stage import STAGES
-
-REPO = Path(__file__).resolve().parent.parent
-OUTPUT_DIRS = ("data", "metrics", "artifacts")
 
 
 def tiny_project_overrides(root: Path) -> list[str]:
@@ -106,8 +103,7 @@ def main() -> None:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
         os.chdir(work)
         overrides = [
-            *(f"project.{d}_dir={work / d}" for d in (*OUTPUT_DIRS, "runs")),
-            f"embed.cache_dir={work / 'cache'}",
+            *folder_overrides(work),
             *(tiny_project_overrides(work) if args.tiny else []),
             *args.overrides,
         ]

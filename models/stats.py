@@ -10,6 +10,7 @@ real gap shows up even when the two unpaired intervals overlap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -38,19 +39,8 @@ def bootstrap_interval(
     ``seed`` gives the same interval, so reported intervals can be reproduced.
     """
     values = _validate_values(values, "values")
-    _validate_options(confidence, n_resamples)
-    result = stats.bootstrap(
-        (values,),
-        np.mean,
-        n_resamples=n_resamples,
-        batch=max(1, MAX_RESAMPLED_VALUES // len(values)),
-        vectorized=True,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    ci = result.confidence_interval
-    return Interval(float(values.mean()), float(ci.low), float(ci.high))
+    low, high = _percentile_bootstrap((values,), np.mean, confidence, n_resamples, seed)
+    return Interval(float(values.mean()), low, high)
 
 
 def paired_bootstrap_interval(
@@ -67,13 +57,71 @@ def paired_bootstrap_interval(
     taking ``mean(a*) - mean(b*)`` equals ``mean((a - b)*)``, so this is the bootstrap of
     the per-user differences. An interval that excludes 0 means ``a`` and ``b`` differ.
     """
+    a, b = _validate_pair(a, b)
+    return bootstrap_interval(a - b, confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+
+def paired_ratio_interval(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> Interval:
+    """Interval of ``mean(a) / mean(b)`` with the same users resampled for both models.
+
+    ``a[i]`` and ``b[i]`` must score the same user ``i``; each bootstrap replicate draws one
+    resample of users and takes the ratio of the two means on it (percentile bootstrap). For
+    "model A reaches x times model B" targets; an interval above 1 means A beats B.
+    """
+    a, b = _validate_pair(a, b)
+    if b.mean() <= 0:
+        raise ValueError(
+            f"mean(b) must be positive for a ratio, got {b.mean()!r}; b is the reference model"
+        )
+
+    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(x.mean(axis=axis) / y.mean(axis=axis))
+
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample where b is all 0
+        low, high = _percentile_bootstrap((a, b), ratio, confidence, n_resamples, seed)
+    return Interval(float(a.mean() / b.mean()), low, high)
+
+
+def _percentile_bootstrap(
+    data: tuple[np.ndarray, ...],
+    statistic: Callable[..., np.ndarray],
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of ``statistic(*data)``, the arrays' rows (users)
+    resampled together."""
+    _validate_options(confidence, n_resamples)
+    result = stats.bootstrap(
+        data,
+        statistic,
+        n_resamples=n_resamples,
+        batch=max(1, MAX_RESAMPLED_VALUES // (len(data) * len(data[0]))),
+        vectorized=True,
+        paired=True,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    ci = result.confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def _validate_pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a, b = _validate_values(a, "a"), _validate_values(b, "b")
     if a.shape != b.shape:
         raise ValueError(
             f"a and b must score the same users in the same order, got {len(a)} and {len(b)} "
             "values; evaluate both models on one test set"
         )
-    return bootstrap_interval(a - b, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return a, b
 
 
 def _validate_values(values: np.ndarray, name: str) -> np.ndarray:

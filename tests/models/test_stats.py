@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 import models.stats
-from models.stats import Interval, bootstrap_interval, paired_bootstrap_interval
+from models.stats import (
+    Interval,
+    bootstrap_interval,
+    paired_bootstrap_interval,
+    paired_ratio_interval,
+)
 
 
 def test_interval_contains_the_mean_and_is_deterministic_for_a_seed() -> None:
@@ -98,3 +103,29 @@ def test_bad_inputs_raise(values: np.ndarray, kwargs: dict[str, Any], match: str
 def test_paired_interval_needs_the_same_users() -> None:
     with pytest.raises(ValueError, match="same users in the same order, got 3 and 4"):
         paired_bootstrap_interval(np.ones(3), np.ones(4))
+
+
+def test_ratio_interval_of_a_scaled_model_is_exactly_that_scale() -> None:
+    b = np.random.default_rng(0).random(200) + 0.1
+    # a = 1.5 b user by user: every paired resample has the same ratio
+    assert paired_ratio_interval(1.5 * b, b) == pytest.approx((1.5, 1.5, 1.5))
+
+
+def test_ratio_interval_contains_the_ratio_and_matches_a_numpy_bootstrap() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.random(300), rng.random(300)
+    interval = paired_ratio_interval(a, b, confidence=0.9, n_resamples=20_000, seed=1)
+    assert interval.mean == pytest.approx(a.mean() / b.mean())
+    assert interval.low < interval.mean < interval.high
+    users = np.random.default_rng(2).integers(0, 300, size=(20_000, 300))  # one draw for both
+    ratios = a[users].mean(axis=1) / b[users].mean(axis=1)
+    low, high = np.quantile(ratios, [0.05, 0.95])
+    assert interval.low == pytest.approx(low, abs=5e-3)
+    assert interval.high == pytest.approx(high, abs=5e-3)
+
+
+def test_ratio_interval_needs_a_positive_reference() -> None:
+    with pytest.raises(ValueError, match="mean\\(b\\) must be positive"):
+        paired_ratio_interval(np.ones(3), np.zeros(3))
+    with pytest.raises(ValueError, match="same users in the same order"):
+        paired_ratio_interval(np.ones(3), np.ones(4))
