@@ -297,16 +297,16 @@ class SftConfig(_Section):
     max_rows_per_user: int | None = Field(None, ge=1)
     """rows objective and title_history: keep each user's most recent training rows
     (null = all)."""
-    epochs: float = Field(3.0, gt=0)
+    epochs: float = Field(10.0, gt=0)
     """Planned epochs (the learning-rate schedule spans them); early stopping may end sooner."""
     batch_size: int = Field(64, ge=1)
-    learning_rate: float = Field(2e-3, gt=0)
+    learning_rate: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
-    eval_every: int = Field(1, ge=1)
+    eval_every: int = Field(2, ge=1)
     """Epochs between validations (NDCG@10 on the validation selection users, ranked as
     evaluate ranks); the best model is kept."""
-    patience: int | None = Field(3, ge=1)
+    patience: int | None = Field(2, ge=1)
     """Validations in a row without improvement before training stops (null: never early)."""
     eval_users: int | None = Field(None, ge=1)
     """Validation selection users ranked at each validation (a fixed sample; null = all)."""
