@@ -46,7 +46,8 @@ def tiny_project_overrides(root: Path) -> list[str]:
             "interactions": str(src / "interactions.csv"),
             "items": str(src / "items.csv"),
         },
-        "sids": {"method": "rqkmeans", "levels": 2, "codebook_size": 8},
+        # hybrid SIDs (the default) need fewer factors than the 24 users
+        "sids": {"method": "rqkmeans", "levels": 2, "codebook_size": 8, "collaborative_dim": 8},
         "model": {
             "max_length": 128,
             "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64},

@@ -189,7 +189,7 @@ class SidsConfig(_Section):
     """Stage 5: embeddings → collision-free semantic IDs (``sid_map.json``)."""
 
     method: Literal["rqvae", "rqkmeans"] = "rqvae"
-    embedding: Literal["text", "collaborative", "hybrid"] = "text"
+    embedding: Literal["text", "collaborative", "hybrid"] = "hybrid"
     """What is quantized: ``text`` (``item_emb.npy``), ``collaborative`` (item factors of a
     truncated SVD of the train split's user × item matrix; every item needs train interactions)
     or ``hybrid`` (both, each L2-normalized, concatenated; items without train interactions get

@@ -65,6 +65,7 @@ def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
 
     monkeypatch.setattr(flows.dispatch, "run_deployment", run_deployment)
     overrides = [
+        "sids.embedding=text",  # as make_settings sets it for every test project
         "orchestration.gpu_deployment=train-remote/train-gpu",
         "orchestration.gpu_timeout_s=4321",
     ]
