@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/sidrec pipeline
 
-## Lint, type-check, then the whole test suite (fast and slow), as CI does.
+## Lint, type-check, then the whole test suite (fast and slow), as CI does, on 2 workers
+## (pytest-xdist; the tests of one session-trained model share a worker: --dist loadgroup).
 test: $(STAMP) lint
-	$(BIN)/pytest -m 'slow or not slow' --durations=15
+	$(BIN)/pytest -m 'slow or not slow' --durations=15 -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
 	$(BIN)/pytest

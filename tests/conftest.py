@@ -8,13 +8,15 @@
 - ``tiny_project`` and ``tiny_model``: the tiny recommender (12 items, their SIDs, 8 users) and
   its random tiny model, written in seconds, for the tests of what is registered and served.
 - ``synthetic_project`` and ``prepared``: a catalog where item i is followed by item i + 1,
-  run from raw CSV to SIDs and SASRec, for the tests that train.
+  run from raw CSV to SIDs and SASRec, for the tests that train; ``trained`` adds its SFT model
+  (``sft_result``). Both are built once per session; each test gets its own copy.
 - ``sid_maps``: random SID maps (a hypothesis strategy).
 - ``amazon``: Amazon reviews files (2018 and 2023 formats).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sidrec.sources.common import SourceTables
+    from sidrec.stage import StageResult
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,6 +49,10 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sidrec-prefect-")
 os.environ["MLFLOW_TRACKING_URI"] = (
     f"sqlite:///{tempfile.mkdtemp(prefix='sidrec-mlflow-')}/mlflow.db"
 )
+# pytest-xdist (`make test`): each worker and its subprocesses get their share of the cores
+# (torch reads it when first imported), not one thread per core each
+if (_workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 Sections = Mapping[str, Mapping[str, Any]]
 """``{section: {key: value}}``: keys of params.yaml to replace."""
@@ -72,8 +79,13 @@ def _overrides(*layers: Sections) -> list[str]:
     ]
 
 
+TEST_BASE: Sections = {"sids": {"embedding": "text"}}
+"""Under every test project's settings: SIDs quantize the given item embeddings (a few test
+users cannot carry collaborative factors); tests of collaborative and hybrid SIDs set it."""
+
+
 def _settings(root: Path, *layers: Sections) -> Settings:
-    return load_settings(root / "params.yaml", _overrides(*layers))
+    return load_settings(root / "params.yaml", _overrides(TEST_BASE, *layers))
 
 
 @pytest.fixture(scope="session")
@@ -279,7 +291,7 @@ class TinyProject:
 
     def overrides(self, **sections: dict[str, Any]) -> list[str]:
         """``--set`` overrides of the tiny project (``sections`` replace or add keys)."""
-        return _overrides(self.preset, sections)
+        return _overrides(TEST_BASE, self.preset, sections)
 
     def settings(self, root: Path, **sections: dict[str, Any]) -> Settings:
         return _settings(root, self.preset, sections)
@@ -352,8 +364,10 @@ class SyntheticProject:
         },
         "sft": {
             "epochs": 30,
-            "batch_size": 16,
+            "batch_size": 4,  # 15 steps an epoch: one window of 6 train items per user
             "learning_rate": 0.005,
+            "window": 8,  # 8 x (2 SID tokens + EOS) + BOS fits max_length 128
+            "eval_every": 10,
             "eval_rows": 20,
             "logging_steps": 5,
         },
@@ -408,16 +422,77 @@ def synthetic_project() -> SyntheticProject:
     return SyntheticProject()
 
 
-@pytest.fixture
-def prepared(project: Path, synthetic_project: SyntheticProject) -> Settings:
-    """The synthetic project ready to train: raw → validated → splits → random embeddings →
-    SIDs → SASRec."""
+@pytest.fixture(scope="session")
+def _prepared_template(
+    tmp_path_factory: pytest.TempPathFactory, synthetic_project: SyntheticProject
+) -> Path:
+    """The synthetic project built once per session (``prepared`` copies it per test)."""
     from tasks.baselines import baselines
 
-    settings = synthetic_project.settings(project)
-    synthetic_project.write(settings)
-    baselines(settings)
-    return settings
+    root = _new_project(tmp_path_factory.mktemp("prepared"))
+    with contextlib.chdir(root):  # settings' paths are relative to the project folder
+        settings = synthetic_project.settings(root)
+        synthetic_project.write(settings)
+        baselines(settings)
+    return root
+
+
+@pytest.fixture(scope="session")
+def _trained_template(
+    tmp_path_factory: pytest.TempPathFactory,
+    _prepared_template: Path,
+    synthetic_project: SyntheticProject,
+) -> tuple[Path, StageResult]:
+    """The prepared project with its SFT model, trained once per session; and sft's result."""
+    from tasks.sft import sft
+
+    root = tmp_path_factory.mktemp("trained")
+    shutil.copytree(_prepared_template, root, dirs_exist_ok=True)
+    with contextlib.chdir(root):
+        result = sft(synthetic_project.settings(root))
+    return root, result
+
+
+def _copy_project(template: Path, project: Path, synthetic_project: SyntheticProject) -> Settings:
+    """A test's own copy of a session-built project (its files may be changed), in its cwd."""
+    # not MLflow's artifact folder: the session's experiment may have been created there
+    shutil.copytree(template, project, dirs_exist_ok=True, ignore=shutil.ignore_patterns("mlruns"))
+    return synthetic_project.settings(project)
+
+
+@pytest.fixture
+def prepared(
+    project: Path, _prepared_template: Path, synthetic_project: SyntheticProject
+) -> Settings:
+    """The synthetic project ready to train: raw → validated → splits → random embeddings →
+    SIDs → SASRec (built once per session; each test gets its own copy as cwd)."""
+    return _copy_project(_prepared_template, project, synthetic_project)
+
+
+@pytest.fixture
+def trained(
+    project: Path,
+    _trained_template: tuple[Path, StageResult],
+    synthetic_project: SyntheticProject,
+) -> Settings:
+    """``prepared`` with its SFT model and ``metrics/sft.json`` (trained once per session on
+    ``synthetic_project``'s settings; each test gets its own copy as cwd)."""
+    return _copy_project(_trained_template[0], project, synthetic_project)
+
+
+@pytest.fixture(scope="session")
+def sft_result(_trained_template: tuple[Path, StageResult]) -> StageResult:
+    """What ``sft`` returned when it trained the model that ``trained`` copies."""
+    return _trained_template[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (`make test`) the tests of the session's SFT
+    model run on one worker, which trains it once."""
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if "trained" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group("trained"))
 
 
 # ---------------------------------------------------------------- random SID maps

@@ -11,7 +11,6 @@ from models.sid import read_sid_map
 from sidrec.errors import ConfigError, InputError
 from tasks.evaluate import evaluate
 from tasks.grpo import grpo
-from tasks.sft import sft
 
 GRPO = {
     "enabled": True,
@@ -26,22 +25,30 @@ GRPO = {
 }
 
 
-@pytest.fixture
-def grpo_settings(prepared, synthetic_project):
-    """``grpo_settings(**grpo)``: the prepared project's settings with GRPO on."""
-
+def _with_grpo(synthetic_project, settings):
     def make(**grpo_extra):
         return synthetic_project.settings(
-            prepared.paths.data_dir.parent, grpo={**GRPO, **grpo_extra}
+            settings.paths.data_dir.parent, grpo={**GRPO, **grpo_extra}
         )
 
     return make
 
 
+@pytest.fixture
+def grpo_settings(prepared, synthetic_project):
+    """``grpo_settings(**grpo)``: the prepared project's settings with GRPO on."""
+    return _with_grpo(synthetic_project, prepared)
+
+
+@pytest.fixture
+def grpo_trained(trained, synthetic_project):
+    """``grpo_trained(**grpo)``: the same, with the SFT model trained."""
+    return _with_grpo(synthetic_project, trained)
+
+
 @pytest.mark.slow
-def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_settings):
-    settings = grpo_settings(rewards={"ranking": 1.0, "semantic": 0.5, "collaborative": 0.0})
-    sft(settings)
+def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_trained):
+    settings = grpo_trained(rewards={"ranking": 1.0, "semantic": 0.5, "collaborative": 0.0})
     tables = []
     result = grpo(settings, on_samples=lambda step, rows: tables.append((step, rows)))
     m = json.loads(settings.paths.metrics("grpo").read_text())
@@ -92,9 +99,8 @@ def test_grpo_needs_the_sft_model(grpo_settings):
 
 
 @pytest.mark.slow
-def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(grpo_settings):
-    settings = grpo_settings()
-    sft(settings)
+def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(grpo_trained):
+    settings = grpo_trained()
     sid_map = read_sid_map(settings.paths.sid_map)
     sid_map["i0"] = [7, 99]  # <b_99> was never added to the SFT tokenizer
     settings.paths.sid_map.write_text(json.dumps(sid_map))
@@ -104,8 +110,7 @@ def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(grpo_settings)
 
 
 @pytest.mark.slow
-def test_evaluate_names_the_missing_grpo_model(grpo_settings):
-    settings = grpo_settings()
-    sft(settings)
+def test_evaluate_names_the_missing_grpo_model(grpo_trained):
+    settings = grpo_trained()
     with pytest.raises(InputError, match=r"run `sidrec grpo` first, or set grpo.enabled false"):
         evaluate(settings)

@@ -18,16 +18,15 @@ from tasks.sft import sft
 
 
 @pytest.mark.slow
-def test_sft_trains_a_loadable_model_with_sid_tokens(prepared, synthetic_project):
+def test_sft_trains_a_loadable_model_with_sid_tokens(trained, sft_result, synthetic_project):
     from models.lm import build_tiny
 
     n_items, n_users = synthetic_project.n_items, synthetic_project.n_users
-    result = sft(prepared)
-    m = result.metrics
+    m = sft_result.metrics  # the session's SFT run, whose model `trained` holds
     assert m["train_examples"] == n_users * 5 + 2 * n_items  # seq_rec rows + sid2title + title2sid
     assert np.isfinite(m["eval_loss"]) and m["steps"] > 0
-    model, tokenizer = load_model_dir(prepared.paths.sft_model)
-    sid_map = read_sid_map(prepared.paths.sid_map)
+    model, tokenizer = load_model_dir(trained.paths.sft_model)
+    sid_map = read_sid_map(trained.paths.sid_map)
     for codes in sid_map.values():
         assert all(
             tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id
@@ -43,20 +42,19 @@ def test_sft_trains_a_loadable_model_with_sid_tokens(prepared, synthetic_project
         max_length=128,
         seed=42,
     )
-    trained = model.get_input_embeddings().weight
-    assert trained.shape == fresh.get_input_embeddings().weight.shape
+    weights = model.get_input_embeddings().weight
+    assert weights.shape == fresh.get_input_embeddings().weight.shape
     assert not torch.allclose(
-        trained, fresh.get_input_embeddings().weight
+        weights, fresh.get_input_embeddings().weight
     )  # training moved the weights
-    assert json.loads(prepared.paths.metrics("sft").read_text())["preset"] == "tiny"
+    assert json.loads(trained.paths.metrics("sft").read_text())["preset"] == "tiny"
 
 
 @pytest.mark.slow
-def test_evaluate_reports_every_model_on_full_catalog(prepared, synthetic_project):
+def test_evaluate_reports_every_model_on_full_catalog(trained, synthetic_project):
     n_users = synthetic_project.n_users
-    sft(prepared)
-    result = evaluate(prepared)
-    report = json.loads(prepared.paths.metrics("eval").read_text())
+    result = evaluate(trained)
+    report = json.loads(trained.paths.metrics("eval").read_text())
     assert report == json.loads(json.dumps(result.metrics))
     for split_name in ("valid", "test"):
         assert set(report[split_name]) == {"popularity", "sasrec", "sft"}
@@ -72,18 +70,17 @@ def test_evaluate_reports_every_model_on_full_catalog(prepared, synthetic_projec
     assert report["best_generative"] == "sft" and report["test_rows"] == n_users
     fingerprints = report["protocol"]["fingerprints"]
     assert set(fingerprints) == {"split", "sid_map", "sasrec", "sft_model"}
-    users = pd.read_parquet(prepared.paths.eval_users)
+    users = pd.read_parquet(trained.paths.eval_users)
     test_sft = users[(users["split"] == "test") & (users["model"] == "sft")]
     assert test_sft["ndcg@10"].mean() == pytest.approx(report["test"]["sft"]["ndcg@10"], abs=1e-6)
 
 
 @pytest.mark.slow
-def test_sft_learns_the_pattern_popularity_cannot(prepared, synthetic_project):
+def test_sft_learns_the_pattern_popularity_cannot(trained, synthetic_project):
     """Item i is followed by i+1: a working SFT + constrained decoding finds the next item far
     more often than the most popular unseen items do (seeded; the margin is large)."""
     n_users = synthetic_project.n_users
-    sft(prepared)
-    report = evaluate(prepared).metrics
+    report = evaluate(trained).metrics
     rows = report["test"]
     assert rows["sft"]["hr@10"] >= 2 * rows["popularity"]["hr@10"], rows
     protocol = report["protocol"]
@@ -92,7 +89,7 @@ def test_sft_learns_the_pattern_popularity_cannot(prepared, synthetic_project):
 
 
 @pytest.mark.slow
-def test_the_gate_rescores_the_champion_on_todays_users(prepared, synthetic_project, monkeypatch):
+def test_the_gate_rescores_the_champion_on_todays_users(trained, synthetic_project):
     """A worse challenger on the same data is never promoted; a champion whose stored number
     came from easier data loses to a challenger that is better on today's data."""
     import mlflow
@@ -102,16 +99,15 @@ def test_the_gate_rescores_the_champion_on_todays_users(prepared, synthetic_proj
 
     name = "sidrec-gate-rescoring"
     settings = synthetic_project.settings(
-        prepared.paths.data_dir.parent, register={"model_name": name}
+        trained.paths.data_dir.parent, register={"model_name": name}
     )
-    sft(settings)
-    trained = settings.paths.sft_model.parent / "trained"
-    shutil.copytree(settings.paths.sft_model, trained)
+    trained_model = settings.paths.sft_model.parent / "trained"
+    shutil.copytree(settings.paths.sft_model, trained_model)
     evaluate(settings)
     assert register(settings).metrics["promoted"]  # v1: the trained model, first champion
 
     # a random model of the same tokenizer: worse on the gate users → not promoted
-    model, _ = load_model_dir(trained)
+    model, _ = load_model_dir(trained_model)
     torch.manual_seed(0)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.02)
@@ -127,7 +123,7 @@ def test_the_gate_rescores_the_champion_on_todays_users(prepared, synthetic_proj
     registry.set_registered_model_alias(name, CHAMPION, worse["version"])
     registry.set_model_version_tag(name, worse["version"], TAG_GATE_VALUE, "0.99")
     shutil.rmtree(settings.paths.sft_model)
-    shutil.copytree(trained, settings.paths.sft_model)
+    shutil.copytree(trained_model, settings.paths.sft_model)
     evaluate(settings)
     better = register(settings).metrics
     assert better["promoted"] and better["diff_low"] > 0, better
@@ -140,7 +136,10 @@ def test_the_gate_rescores_the_champion_on_todays_users(prepared, synthetic_proj
 @pytest.mark.slow
 def test_short_context_truncates_prompts_without_crashing(prepared):
     short = prepared.model_copy(
-        update={"model": prepared.model.model_copy(update={"max_length": 20})}
+        update={
+            "model": prepared.model.model_copy(update={"max_length": 20}),
+            "sft": prepared.sft.model_copy(update={"epochs": 1}),  # prompts are cut before training
+        }
     )
     result = sft(short)
     assert result.metrics["truncated_prompts"] > 0
@@ -162,39 +161,38 @@ def test_evaluate_needs_a_model_folder(prepared):
 
 
 @pytest.mark.slow
-def test_evaluate_needs_a_complete_model_folder(prepared):
-    sft(prepared)
-    for weights in prepared.paths.sft_model.glob("*.safetensors"):
+def test_evaluate_needs_a_complete_model_folder(trained):
+    for weights in trained.paths.sft_model.glob("*.safetensors"):
         weights.unlink()
     with pytest.raises(InputError, match=r"model folder is incomplete: missing model weights"):
-        evaluate(prepared)
+        evaluate(trained)
 
 
 @pytest.mark.slow
-def test_evaluate_rejects_a_sid_map_the_tokenizer_lacks(prepared):
-    sft(prepared)
-    sid_map = read_sid_map(prepared.paths.sid_map)
+def test_evaluate_rejects_a_sid_map_the_tokenizer_lacks(trained):
+    sid_map = read_sid_map(trained.paths.sid_map)
     sid_map["i0"] = [7, 99]  # <b_99> was never added to the tokenizer
-    prepared.paths.sid_map.write_text(json.dumps(sid_map))
+    trained.paths.sid_map.write_text(json.dumps(sid_map))
     with pytest.raises(InputError, match="does not match the model's tokenizer"):
-        evaluate(prepared)
-    assert not prepared.paths.metrics("eval").exists()
+        evaluate(trained)
+    assert not trained.paths.metrics("eval").exists()
 
 
 @pytest.mark.slow
-def test_failed_sft_keeps_the_previous_model(prepared, monkeypatch):
-    sft(prepared)
-    before = {p.name: p.read_bytes() for p in prepared.paths.sft_model.iterdir()}
+def test_failed_sft_keeps_the_previous_model(trained, monkeypatch):
+    before = {p.name: p.read_bytes() for p in trained.paths.sft_model.iterdir()}
 
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", boom)
+    # one epoch: the run fails when it saves its first best model
+    once = trained.model_copy(update={"sft": trained.sft.model_copy(update={"epochs": 1})})
     with pytest.raises(RuntimeError, match="disk full"):
-        sft(prepared)
-    assert {p.name: p.read_bytes() for p in prepared.paths.sft_model.iterdir()} == before
-    assert not [p for p in prepared.paths.sft_dir.iterdir() if p.name.startswith(".model.")]
-    shutil.rmtree(prepared.paths.sft_dir)
+        sft(once)
+    assert {p.name: p.read_bytes() for p in trained.paths.sft_model.iterdir()} == before
+    assert not [p for p in trained.paths.sft_dir.iterdir() if p.name.startswith(".model.")]
+    shutil.rmtree(trained.paths.sft_dir)
 
 
 @pytest.mark.slow
@@ -203,7 +201,7 @@ def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared, synthetic
     settings = synthetic_project.settings(
         prepared.paths.data_dir.parent,
         model={"preset": "smollm2-135m", "lora": {"enabled": True, "r": 4, "alpha": 8}},
-        sft={"epochs": 0.1, "batch_size": 8, "eval_rows": 8},
+        sft={"epochs": 0.1, "batch_size": 8, "eval_rows": 8, "eval_users": 4},
         evaluate={"max_users": 4},
     )
     result = sft(settings)

@@ -40,16 +40,17 @@ def test_the_champions_model_folder_is_the_starting_point(project, tmp_path, tin
 
 
 @pytest.mark.slow
-def test_sft_continues_from_the_champion(prepared, synthetic_project):
+def test_sft_continues_from_the_champion(trained, synthetic_project):
     name = f"warm-{uuid.uuid4().hex[:8]}"
-    root = prepared.paths.data_dir.parent
+    root = trained.paths.data_dir.parent
     settings = synthetic_project.settings(root, register={"model_name": name})
-    sft(settings)
     evaluate(settings)
-    register(settings)  # the first SFT model becomes the champion
+    register(settings)  # the SFT model `trained` holds becomes the champion
+    # one epoch is enough to see where each run starts
     warm = synthetic_project.settings(
-        root, register={"model_name": name}, sft={"warm_start": "champion"}
+        root, register={"model_name": name}, sft={"warm_start": "champion", "epochs": 1}
     )
     result = sft(warm)
     assert result.metrics["warm_start"] == f"{name}@champion (v1)"
-    assert sft(settings).metrics["warm_start"] is None  # warm_start none: a fresh model
+    fresh = synthetic_project.settings(root, register={"model_name": name}, sft={"epochs": 1})
+    assert sft(fresh).metrics["warm_start"] is None  # warm_start none: a fresh model
