@@ -134,14 +134,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     )
     index = catalog_index(item_ids)
     rows = training_rows(settings, builder, train, index)
-    validation = ValidationSample(
-        recommender,
-        train,
-        valid,
-        users=cfg.eval_users,
-        seed=settings.project.seed,
-        exclude_seen=settings.evaluate.exclude_seen,
-    )
+    validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
     rewards, weights = reward_functions(settings, item_ids)
 
     try:

@@ -229,14 +229,7 @@ def sft(settings: Settings) -> StageResult:
         item_ids=items["item_id"].tolist(),
         **recommender_options(settings),
     )
-    validation = ValidationSample(
-        recommender,
-        train,
-        valid,
-        users=cfg.eval_users,
-        seed=settings.project.seed,
-        exclude_seen=settings.evaluate.exclude_seen,
-    )
+    validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
     best_dir = paths.sft_dir / ".best"
     shutil.rmtree(best_dir, ignore_errors=True)
     validator = ValidationCallback(

@@ -23,7 +23,9 @@ def test_sft_trains_a_loadable_model_with_sid_tokens(trained, sft_result, synthe
 
     n_items, n_users = synthetic_project.n_items, synthetic_project.n_users
     m = sft_result.metrics  # the session's SFT run, whose model `trained` holds
-    assert m["train_examples"] == n_users * 5 + 2 * n_items  # seq_rec rows + sid2title + title2sid
+    # one sequence window per user (6 train items < sft.window) + sid2title + title2sid pairs
+    assert m["train_examples"] == n_users + 2 * n_items
+    assert m["objective"] == "sequence" and m["valid_history"]
     assert np.isfinite(m["eval_loss"]) and m["steps"] > 0
     model, tokenizer = load_model_dir(trained.paths.sft_model)
     sid_map = read_sid_map(trained.paths.sid_map)
@@ -138,7 +140,8 @@ def test_short_context_truncates_prompts_without_crashing(prepared):
     short = prepared.model_copy(
         update={
             "model": prepared.model.model_copy(update={"max_length": 20}),
-            "sft": prepared.sft.model_copy(update={"epochs": 1}),  # prompts are cut before training
+            # prompts are cut before training; 5 items x (2 SID tokens + EOS) + BOS fit 20 tokens
+            "sft": prepared.sft.model_copy(update={"epochs": 1, "window": 5}),
         }
     )
     result = sft(short)

@@ -10,6 +10,7 @@ import pandas as pd
 from models.baselines import encode_targets
 from models.metrics import rank_metrics
 from models.recommender import SidRecommender
+from sidrec.config import Settings
 from sidrec.protocol import seen_items, validation_half
 
 VALID_KS = (1, 5, 10)
@@ -23,19 +24,20 @@ class ValidationSample:
 
     def __init__(
         self,
+        settings: Settings,
         recommender: SidRecommender,
         train: pd.DataFrame,
         valid: pd.DataFrame,
         *,
         users: int | None,
-        seed: int,
-        exclude_seen: bool,
     ):
+        """``settings``: the seed of the sample and evaluate's ``exclude_seen``."""
         rows = validation_half(valid, "selection")
         n = min(users or len(rows), len(rows))
+        seed = settings.project.seed
         sample = rows.sample(n=n, random_state=seed) if n < len(rows) else rows
         self.histories = [list(h) for h in sample["history"]]
-        self.exclude = seen_items(train, sample) if exclude_seen else None
+        self.exclude = seen_items(train, sample) if settings.evaluate.exclude_seen else None
         index = recommender.index
         self.targets = encode_targets(list(sample["target"]), index, "valid targets")
         self.recommender = recommender
