@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.lm import add_sid_tokens, build_tiny, train_tokenizer
+from models.lm import add_sid_tokens, train_tokenizer
 from models.prompts import (
     FORMAT_KEY,
     PromptBuilder,
@@ -65,23 +65,14 @@ def test_sequence_prompts_lose_their_oldest_items_to_fit(tokenizer):
     assert builder.truncated == 1
 
 
-def test_the_format_is_saved_with_the_model(tokenizer, tmp_path):
+def test_the_format_is_saved_with_the_model(tokenizer, tmp_path, tiny_model):
     from transformers import AutoModelForCausalLM
 
-    model = build_tiny(
-        tokenizer,
-        hidden_size=8,
-        layers=1,
-        heads=2,
-        kv_heads=1,
-        intermediate_size=8,
-        max_length=32,
-        seed=0,
-    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model(tmp_path / "tiny"))
     assert prompt_format(model) == "text"  # models saved before formats existed
     set_prompt_format(model, "sequence")
-    model.save_pretrained(tmp_path)
-    assert prompt_format(AutoModelForCausalLM.from_pretrained(tmp_path)) == "sequence"
+    model.save_pretrained(tmp_path / "saved")
+    assert prompt_format(AutoModelForCausalLM.from_pretrained(tmp_path / "saved")) == "sequence"
     setattr(model.config, FORMAT_KEY, "bogus")
     with pytest.raises(ValueError, match="unknown prompt format 'bogus'"):
         prompt_format(model)
