@@ -212,7 +212,6 @@ def sft(settings: Settings) -> StageResult:
             per_device_eval_batch_size=cfg.batch_size,
             warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps
             lr_scheduler_type="cosine",  # over the planned epochs
-            train_sampling_strategy="group_by_length",  # windows and short pairs apart
             logging_steps=cfg.logging_steps,
             eval_strategy="epoch",
             save_strategy="no",  # the best model by validation NDCG@10 is kept instead
