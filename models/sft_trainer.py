@@ -1,4 +1,15 @@
-"""TRL's SFTTrainer with the model's own loss where TRL's fused LM head does not pay off.
+"""TRL's SFTTrainer with rows that hold several examples, and the model's own loss where TRL's
+fused LM head does not pay off.
+
+Packing (``SFTConfig(packing=True)``, TRL's ``bfd`` strategy) puts several examples into one row
+of up to ``max_length`` tokens, so short alignment pairs fill the room a sequence window leaves
+instead of each padding to the longest row of a batch. TRL then trains "padding-free": the whole
+batch flattened into one row, which only FlashAttention runs efficiently; with SDPA or eager
+attention (every CPU) the mask of a 64-row batch would be 64x the tokens of a row squared.
+:class:`RowPackedCollator` keeps the rows instead: right-padded per row, position ids restarting
+at every example and no attention mask, from which transformers builds a block-diagonal causal
+mask per row (``masking_utils.find_packed_sequence_indices``), so an example never attends to
+the one packed before it.
 
 TRL computes the SFT loss through a fused, chunked LM head (``trl.kernels.chunked_logprob``)
 that never materializes the logits: on a GPU with a large vocabulary that saves memory. On a
@@ -8,9 +19,12 @@ cross-entropy (measured on 2 cores). :class:`SidSFTTrainer` keeps everything of 
 (datasets, completion-only labels, logging, callbacks) and, on a CPU, computes the loss as
 ``transformers.Trainer`` does; TRL's entropy and token-accuracy logs are then not computed.
 
-Batches stay randomly mixed: length-grouped batches (1.8x faster steps, as windows and short
-alignment pairs no longer pad to each other) gave the alignment pairs whole optimizer steps of
-their own, and the valid-selection NDCG@10 after 10 epochs fell from 0.109 to 0.056 (one run each).
+Packing is how short and long examples share a step without padding: length-grouped batches
+(tried first) gave the alignment pairs whole optimizer steps of their own, and the valid-selection
+NDCG@10 after 10 epochs fell from 0.109 to 0.056 (one run each); packed rows stay randomly mixed.
+On MovieLens one SFT epoch (2,427 windows + 3,364 alignment pairs, one validation) took 86 s
+unpacked (91 steps of 64 rows) and 47 s packed (86 steps of 24 rows) on 2 cores; 10 packed epochs
+reached valid NDCG@10 0.101 at their best epoch (one run).
 """
 
 from __future__ import annotations
@@ -19,10 +33,34 @@ from typing import Any
 
 from transformers import Trainer
 from trl import SFTTrainer
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+
+class RowPackedCollator(DataCollatorForLanguageModeling):
+    """Batches of packed rows (TRL's ``seq_lengths``): per-row padding, position ids that restart
+    at each example, no attention mask (transformers reads the examples from the position ids).
+
+    Right padding needs no mask for a causal model: a row's real tokens never attend to the pads
+    after them, and pads carry no labels."""
+
+    def __init__(self, pad_token_id: int):
+        super().__init__(pad_token_id=pad_token_id, return_position_ids=True)
+
+    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = super().torch_call(examples)
+        del batch["attention_mask"]
+        return batch
 
 
 class SidSFTTrainer(SFTTrainer):
-    """``SFTTrainer`` whose loss on a CPU is the model's own (``Trainer.compute_loss``)."""
+    """``SFTTrainer`` that keeps packed rows apart (:class:`RowPackedCollator`, when
+    ``args.packing``) and whose loss on a CPU is the model's own (``Trainer.compute_loss``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.args.packing:  # instead of TRL's padding-free flattening (see the module doc)
+            self.padding_free = False
+            self.data_collator = RowPackedCollator(self.processing_class.pad_token_id)
 
     def compute_loss(
         self,
@@ -34,7 +72,10 @@ class SidSFTTrainer(SFTTrainer):
         if self.args.device.type != "cpu":
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         inputs["use_cache"] = False
-        if model.training and "attention_mask" in inputs:  # TRL's num_tokens log
-            self._total_train_tokens += int(inputs["attention_mask"].sum())
+        if model.training:  # TRL's num_tokens log
+            mask = inputs.get("attention_mask")
+            if mask is None:  # packed rows
+                mask = inputs["input_ids"] != self.processing_class.pad_token_id
+            self._total_train_tokens += int(mask.sum())
             self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
         return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)

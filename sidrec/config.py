@@ -299,7 +299,15 @@ class SftConfig(_Section):
     (null = all)."""
     epochs: float = Field(10.0, gt=0)
     """Planned epochs (the learning-rate schedule spans them); early stopping may end sooner."""
-    batch_size: int = Field(64, ge=1)
+    packing: bool = True
+    """Pack several examples into each row of up to ``model.max_length`` tokens (TRL's ``bfd``;
+    an example attends only to itself), so short alignment pairs fill the room windows leave
+    instead of padding to the longest row; false: one example per row. Packing sorts examples
+    by length, so rows tend to hold one kind; a step needs enough rows (``batch_size``) to mix
+    the kinds, or the alignment pairs get steps of their own and the main task learns less."""
+    batch_size: int = Field(24, ge=1)
+    """Rows per optimizer step (packed rows hold several examples: 24 rows of the default are
+    ~6k tokens, what 64 unpacked rows held)."""
     learning_rate: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_ratio: float = Field(0.05, ge=0, lt=1)

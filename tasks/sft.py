@@ -216,6 +216,8 @@ def sft(settings: Settings) -> StageResult:
             eval_strategy="epoch",
             save_strategy="no",  # the best model by validation NDCG@10 is kept instead
             max_length=settings.model.max_length,
+            packing=cfg.packing,
+            packing_strategy="bfd",  # whole examples only: a window is never cut
             completion_only_loss=True,
         )
     )
@@ -261,7 +263,8 @@ def sft(settings: Settings) -> StageResult:
     best = validator.best
     metrics: dict[str, Any] = {
         "dataset": settings.project.dataset,
-        "preset": settings.model.preset,
+        "model": settings.model.preset,  # model.preset (tiny, smollm2-135m, hf)
+        "project_preset": settings.project.preset,  # default or quality
         "warm_start": champion_label(settings) if warm is not None else None,
         "objective": cfg.objective,
         "window": cfg.window if cfg.objective == "sequence" else None,
@@ -297,7 +300,8 @@ def sft_task(settings: Settings) -> StageResult:
     result = sft(settings)
     m = result.metrics
     stats: tuple[str, ...] = (
-        "preset",
+        "model",
+        "project_preset",
         "objective",
         "train_examples",
         "parameters",

@@ -364,7 +364,12 @@ class SyntheticProject:
         },
         "sft": {
             "epochs": 30,
-            "batch_size": 4,  # 15 steps an epoch: one window of 6 train items per user
+            "batch_size": 4,  # 45 steps an epoch: 60 windows (a user's 6 train items) + 120 pairs
+            # unpacked: windows and alignment pairs here are all ~19 tokens, so packing (which sorts
+            # by length) would fill rows with one kind and, at a few rows a step, give the pairs
+            # steps of their own (HR@10 1.0 unpacked, 0.35-0.52 packed); tests/models/
+            # test_sft_trainer.py covers packing, the MovieLens end-to-end test runs it
+            "packing": False,
             "learning_rate": 0.005,
             "window": 8,  # 8 x (2 SID tokens + EOS) + BOS fits max_length 128
             "eval_every": 10,

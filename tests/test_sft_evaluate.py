@@ -49,7 +49,8 @@ def test_sft_trains_a_loadable_model_with_sid_tokens(trained, sft_result, synthe
     assert not torch.allclose(
         weights, fresh.get_input_embeddings().weight
     )  # training moved the weights
-    assert json.loads(trained.paths.metrics("sft").read_text())["preset"] == "tiny"
+    metrics = json.loads(trained.paths.metrics("sft").read_text())
+    assert (metrics["model"], metrics["project_preset"]) == ("tiny", "default")
 
 
 @pytest.mark.slow
@@ -208,7 +209,7 @@ def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared, synthetic
         evaluate={"max_users": 4},
     )
     result = sft(settings)
-    assert result.metrics["preset"] == "smollm2-135m" and result.metrics["steps"] >= 1
+    assert result.metrics["model"] == "smollm2-135m" and result.metrics["steps"] >= 1
     model, tokenizer = load_model_dir(settings.paths.sft_model)
     assert type(model).__name__ == "LlamaForCausalLM"  # LoRA merged: a plain model folder
     assert tokenizer.convert_tokens_to_ids("<b_7>") >= 49152  # added after SmolLM2's own vocabulary

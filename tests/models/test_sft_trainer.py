@@ -1,0 +1,84 @@
+"""SidSFTTrainer's packed rows: several examples per row, none attending to another."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.lm import load_model_dir
+from models.sft_trainer import RowPackedCollator, SidSFTTrainer
+
+PAD = 0
+
+
+def test_packed_rows_are_padded_per_row_with_positions_restarting_per_example():
+    batch = RowPackedCollator(PAD)(
+        [
+            {"input_ids": [5, 6, 7, 8, 9], "labels": [-100, 6, 7, -100, 9], "seq_lengths": [3, 2]},
+            {"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "seq_lengths": [3]},
+        ]
+    )
+    assert "attention_mask" not in batch  # the examples are read from the position ids
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 0, 0]]
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9], [1, 2, 3, PAD, PAD]]
+    assert batch["labels"].tolist() == [[-100, 6, 7, -100, 9], [-100, 2, 3, -100, -100]]
+
+
+def test_an_example_in_a_packed_row_sees_only_itself(tiny_model, tmp_path):
+    model, _ = load_model_dir(tiny_model(tmp_path / "m"))
+    model.eval()
+    first, second = [7, 8, 9, 10], [11, 12, 13]
+    batch = RowPackedCollator(PAD)(
+        [
+            {"input_ids": first + second, "labels": first + second, "seq_lengths": [4, 3]},
+            {"input_ids": second, "labels": second, "seq_lengths": [3]},
+        ]
+    )
+    batch.pop("labels")
+    with torch.no_grad():  # training runs without a cache (with one, no packing is detected)
+        packed = model(**batch, use_cache=False).logits
+        alone = model(input_ids=torch.tensor([second])).logits
+        unpacked = model(input_ids=torch.tensor([first + second])).logits
+    # the second example packed after the first gives exactly what it gives alone ...
+    torch.testing.assert_close(packed[0, 4:], alone[0], rtol=1e-5, atol=1e-5)
+    # ... and in a row padded after it; without the packing it would read the first example
+    torch.testing.assert_close(packed[1, :3], alone[0], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(unpacked[0, 4:], alone[0], atol=1e-3)
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_the_trainer_packs_whole_examples_into_rows_only_when_asked(tiny_model, tmp_path, packing):
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (1, 2, 3, 10)]
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_length=32,
+        packing=packing,
+        packing_strategy="bfd",
+        completion_only_loss=True,
+        per_device_train_batch_size=2,
+        max_steps=1,
+        use_cpu=True,
+        report_to=[],
+    )
+    trainer = SidSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    rows = trainer.train_dataset
+    if packing:
+        assert isinstance(trainer.data_collator, RowPackedCollator)
+        # <bos> + 10 SIDs (3 tokens each) = 31 tokens fill a row alone; the three short ones share one
+        assert sorted(len(r["seq_lengths"]) for r in rows) == [1, 3]
+        assert all(len(r["input_ids"]) <= 32 for r in rows)
+    else:
+        assert not isinstance(trainer.data_collator, RowPackedCollator)
+        assert len(rows) == len(examples)
+    before = model.model.embed_tokens.weight.detach().clone()
+    trainer.train()
+    assert not torch.equal(before, model.model.embed_tokens.weight)
