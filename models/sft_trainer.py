@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from transformers import Trainer
-from trl import SFTTrainer
+from trl import SFTConfig, SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 
@@ -58,9 +58,11 @@ class SidSFTTrainer(SFTTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if self.args.packing:  # instead of TRL's padding-free flattening (see the module doc)
+        self._pad_token_id: int = self._tokenizer.pad_token_id  # set by SFTTrainer
+        if isinstance(self.args, SFTConfig) and self.args.packing:
+            # instead of TRL's padding-free flattening (see the module doc)
             self.padding_free = False
-            self.data_collator = RowPackedCollator(self.processing_class.pad_token_id)
+            self.data_collator = RowPackedCollator(self._pad_token_id)
 
     def compute_loss(
         self,
@@ -75,7 +77,7 @@ class SidSFTTrainer(SFTTrainer):
         if model.training:  # TRL's num_tokens log
             mask = inputs.get("attention_mask")
             if mask is None:  # packed rows
-                mask = inputs["input_ids"] != self.processing_class.pad_token_id
+                mask = inputs["input_ids"] != self._pad_token_id
             self._total_train_tokens += int(mask.sum())
             self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
         return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
