@@ -19,6 +19,8 @@ does not depend on the seed). Per preset it prints:
   resample of the test users and applies it to every seed and both models. It covers which
   users were tested, not the seeds (their spread is the sd). Targets, printed and never
   asserted: >= 1.0x (preset default), >= 1.15x (preset quality);
+- GRPO − SFT test NDCG@10 (where GRPO ran): the mean over users of the seed-averaged per-user
+  difference, with its paired bootstrap interval over users, and GRPO / SFT;
 - minutes per stage, mean over the seeds (the runs share one embedding cache: embed is cold in
   the first run only).
 
@@ -52,7 +54,7 @@ from bench.common import (
     folder_settings,
     run_record,
 )
-from models.stats import paired_ratio_interval
+from models.stats import paired_bootstrap_interval, paired_ratio_interval
 from sidrec.config import load_settings
 from sidrec.errors import InputError, SidrecError
 from sidrec.io import atomic_path, atomic_write_json, read_json
@@ -147,9 +149,33 @@ def summarize_preset(preset: str, runs: list[SeedRun], *, resamples: int) -> dic
         "best_generative": best,
         "models": table,
         "best_generative_vs_sasrec": best_vs_sasrec(runs, best, preset, resamples),
+        "grpo_minus_sft": grpo_minus_sft(runs, resamples),
         "minutes": minutes,
         "machine": runs[0].record["machine"],
     }
+
+
+def seed_averaged(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
+    """Per test user, the mean over seeds of each model's ``RATIO_METRIC``, one array per model
+    column of ``models`` (``models[seed][column]``; the best generative model differs by seed),
+    every array in the same user order."""
+
+    def scores(run: SeedRun, model: str) -> pd.Series:
+        rows = run.users[run.users["model"] == model]
+        return pd.Series(rows[RATIO_METRIC].to_numpy(), index=rows["user_id"].to_numpy())
+
+    per_seed = [[scores(r, m) for m in ms] for r, ms in zip(runs, models, strict=True)]
+    users = per_seed[0][0].index
+    for run, series_of_run in zip(runs, per_seed, strict=True):
+        for series in series_of_run:
+            if not series.index.is_unique or set(series.index) != set(users):
+                raise InputError(
+                    f"test users differ from those of {runs[0].folder}: the paired interval needs "
+                    "every seed and model scored on the same users (same split and evaluate.max_users)",
+                    path=run.folder,
+                )
+    columns = zip(*per_seed, strict=True)
+    return [np.mean([s.reindex(users).to_numpy() for s in col], axis=0) for col in columns]
 
 
 def best_vs_sasrec(
@@ -157,23 +183,7 @@ def best_vs_sasrec(
 ) -> dict[str, Any]:
     """Ratio of the seed-averaged test means, best generative over SASRec, with the paired
     bootstrap over users (one resample of users for every seed and both models)."""
-
-    def scores(run: SeedRun, model: str) -> pd.Series:
-        rows = run.users[run.users["model"] == model]
-        return pd.Series(rows[RATIO_METRIC].to_numpy(), index=rows["user_id"].to_numpy())
-
-    per_seed = [(scores(r, b), scores(r, "sasrec")) for r, b in zip(runs, best, strict=True)]
-    users = per_seed[0][1].index
-    for run, pair in zip(runs, per_seed, strict=True):
-        for series in pair:
-            if not series.index.is_unique or set(series.index) != set(users):
-                raise InputError(
-                    f"test users differ from those of {runs[0].folder}: the paired interval needs "
-                    "every seed and model scored on the same users (same split and evaluate.max_users)",
-                    path=run.folder,
-                )
-    best_mean = np.mean([b.reindex(users).to_numpy() for b, _ in per_seed], axis=0)
-    sasrec_mean = np.mean([s.reindex(users).to_numpy() for _, s in per_seed], axis=0)
+    best_mean, sasrec_mean = seed_averaged(runs, [[b, "sasrec"] for b in best])
     interval = paired_ratio_interval(
         best_mean, sasrec_mean, confidence=CONFIDENCE, n_resamples=resamples
     )
@@ -187,6 +197,24 @@ def best_vs_sasrec(
         "resamples": resamples,
         "target": target,
         "met": None if target is None else interval.mean >= target,
+    }
+
+
+def grpo_minus_sft(runs: list[SeedRun], resamples: int) -> dict[str, Any] | None:
+    """GRPO − SFT test NDCG@10 of the seed-averaged per-user scores, with the paired bootstrap
+    interval over users (None when GRPO was not evaluated)."""
+    if "grpo" not in runs[0].report["test"]:
+        return None
+    grpo, sft = seed_averaged(runs, [["grpo", "sft"]] * len(runs))
+    interval = paired_bootstrap_interval(grpo, sft, confidence=CONFIDENCE, n_resamples=resamples)
+    return {
+        "metric": RATIO_METRIC,
+        "diff": round(interval.mean, 5),
+        "low": round(interval.low, 5),
+        "high": round(interval.high, 5),
+        "ratio": round(float(grpo.mean() / sft.mean()), 4),
+        "confidence": CONFIDENCE,
+        "resamples": resamples,
     }
 
 
@@ -290,6 +318,15 @@ def tables(report: dict[str, Any]) -> str:
             f"best generative / SASRec test NDCG@10: {r['ratio']:.2f}x [{r['low']:.2f}, "
             f"{r['high']:.2f}] (paired bootstrap over users, {r['confidence']:.0%}){verdict}",
             "",
+        ]
+        g = p["grpo_minus_sft"]
+        if g is not None:
+            lines += [
+                f"GRPO - SFT test NDCG@10: {g['diff']:+.4f} [{g['low']:+.4f}, {g['high']:+.4f}] "
+                f"({g['ratio']:.3f}x; paired bootstrap over users, {g['confidence']:.0%})",
+                "",
+            ]
+        lines += [
             "| minutes | " + " | ".join(p["minutes"]) + " |",
             "|---|" + "---|" * len(p["minutes"]),
             "| mean over seeds | " + " | ".join(f"{v:.1f}" for v in p["minutes"].values()) + " |",
@@ -317,6 +354,8 @@ def tracked_metrics(report: dict[str, Any]) -> dict[str, float]:
     metrics = {}
     for preset, p in report["presets"].items():
         metrics[f"{preset}.best_generative_over_sasrec"] = p["best_generative_vs_sasrec"]["ratio"]
+        if p["grpo_minus_sft"] is not None:
+            metrics[f"{preset}.grpo_minus_sft"] = p["grpo_minus_sft"]["diff"]
         for model, row in p["models"].items():
             for k in METRICS:
                 metrics[metric_key(f"{preset}.{model}.{k}")] = row[k]["mean"]

@@ -133,6 +133,31 @@ def test_ratio_is_that_of_the_seed_averaged_means_and_lies_in_its_interval(
     assert ratio["resamples"] == 300
 
 
+def test_grpo_minus_sft_is_the_paired_difference_of_the_seed_averaged_users(
+    tmp_path: Path, runs: Any
+) -> None:
+    g = report_of(tmp_path)["presets"]["default"]["grpo_minus_sft"]
+    grpo = np.mean([runs[s]["grpo"]["ndcg@10"] for s in SEEDS], axis=0)
+    sft = np.mean([runs[s]["sft"]["ndcg@10"] for s in SEEDS], axis=0)
+    assert g["diff"] == pytest.approx(float((grpo - sft).mean()), abs=1e-5)
+    assert g["ratio"] == pytest.approx(float(grpo.mean() / sft.mean()), abs=1e-4)
+    assert g["low"] < g["diff"] < g["high"]
+    assert "GRPO - SFT test NDCG@10: " + f"{g['diff']:+.4f}" in tables(report_of(tmp_path))
+
+
+def test_without_grpo_there_is_no_grpo_minus_sft(tmp_path: Path) -> None:
+    for s in SEEDS:
+        folder = run_folder(tmp_path, "default", s)
+        write_run(folder, s)
+        paths = folder_paths(folder, "ml-test")
+        report = json.loads(paths.metrics("eval").read_text())
+        report["test"].pop("grpo")
+        report["best_generative"] = "sft"
+        atomic_write_json(paths.metrics("eval"), report)
+    preset = report_of(tmp_path, objectives=())["presets"]["default"]
+    assert preset["grpo_minus_sft"] is None
+
+
 def test_the_json_holds_every_section_and_round_trips(tmp_path: Path, runs: Any) -> None:
     report = report_of(tmp_path)
     atomic_write_json(tmp_path / "quality.json", report)
@@ -145,6 +170,7 @@ def test_the_json_holds_every_section_and_round_trips(tmp_path: Path, runs: Any)
         "best_generative",
         "models",
         "best_generative_vs_sasrec",
+        "grpo_minus_sft",
         "minutes",
         "machine",
     }
@@ -153,6 +179,9 @@ def test_the_json_holds_every_section_and_round_trips(tmp_path: Path, runs: Any)
     metrics = tracked_metrics(report)
     assert metrics["default.best_generative_over_sasrec"] == pytest.approx(
         report["presets"]["default"]["best_generative_vs_sasrec"]["ratio"]
+    )
+    assert metrics["default.grpo_minus_sft"] == pytest.approx(
+        report["presets"]["default"]["grpo_minus_sft"]["diff"]
     )
     assert not any("@" in key for key in metrics)
 
