@@ -32,7 +32,8 @@ class SidGRPOConfig(GRPOConfig):
     ensure_target: bool = field(
         default=False,
         metadata={
-            "help": "dynamic: replace the last item of a group that misses the target by it."
+            "help": "beam / dynamic: replace the last item of a group that misses the target by "
+            "it (every group then carries the target's signal; not with rollout sample)."
         },
     )
 
@@ -42,8 +43,20 @@ class SidGRPOConfig(GRPOConfig):
         if self.oversample < 1.0:
             raise ValueError(f"oversample must be >= 1 (a multiple of G), got {self.oversample}")
         check_vllm(use_vllm=self.use_vllm, rollout=self.rollout)
+        check_ensure_target(ensure_target=self.ensure_target, rollout=self.rollout)
         # TRL checks that the generation batch holds whole groups of num_generations completions
         super().__post_init__()
+
+
+def check_ensure_target(*, ensure_target: bool, rollout: str) -> None:
+    """``ensure_target`` edits groups of distinct items (beam, dynamic); a ``sample`` group is the
+    policy's own draws, where an inserted target would be no sample at all."""
+    if ensure_target and rollout == "sample":
+        raise ValueError(
+            "ensure_target puts the target into a group of distinct items and needs rollout beam or "
+            "dynamic; rollout 'sample' keeps the policy's own draws: set ensure_target false or "
+            "rollout beam / dynamic"
+        )
 
 
 def check_vllm(*, use_vllm: bool, rollout: str) -> None:

@@ -9,11 +9,17 @@ logits processor, so every completion is a catalog item's SID followed by EOS:
   acts as an advantage-weighted ranking update over the policy's own top-G.
 - ``sample``: G constrained temperature samples (items may repeat).
 - ``dynamic``: ``oversample`` × G constrained samples, G distinct items kept (most likely
-  first), optionally with the target put into a group that misses it.
+  first).
+
+With ``ensure_target`` (beam and dynamic rollouts; MiniOneRec's ``add_gt``) a group that misses
+its target gets it in the last place, so every group carries the target's signal; the group
+stays G distinct catalog items. Every rollout logs, before any insertion, how often the target
+was in the group (``rollout/target_in_group``) and its mean 1-based place there when it was
+(``rollout/target_rank``).
 
 Two more small overrides hand the rollout facts to the rewards: the catalog row of each
 completion (``completion_item``) and its rank in the group (``rank``) become columns, and the
-batch's targets are read for ``ensure_target``. Rewards, advantages, losses (grpo, dapo,
+batch's targets are read for ``ensure_target`` and the target logs. Rewards, advantages, losses (grpo, dapo,
 dr_grpo, bnpo, GSPO), the reference model and logging are TRL's own.
 """
 
@@ -100,7 +106,7 @@ class SidGRPOTrainer(GRPOTrainer):
     # --- the three overrides
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        # remember the targets of this generation batch (dynamic rollouts with ensure_target)
+        # remember the targets of this generation batch (ensure_target and the target logs)
         self._batch_targets = [int(x["target_index"]) for x in inputs] if inputs else None
         return super()._generate_and_score_completions(inputs)
 
@@ -163,7 +169,16 @@ class SidGRPOTrainer(GRPOTrainer):
 
     def _rollout_items(self, model: Any, prompts: list[list[int]], g: int) -> torch.Tensor:
         args = self.sid_args
-        batch = left_pad(prompts, self._pad_id)
+        groups = self._rollout_groups(model, left_pad(prompts, self._pad_id), g)
+        targets = self._batch_targets[::g] if self._batch_targets else None
+        if targets is None:
+            return groups
+        self._log_targets(groups, targets)  # what the policy found, before any insertion
+        return with_targets(groups, targets) if args.ensure_target else groups
+
+    def _rollout_groups(self, model: Any, batch: dict[str, torch.Tensor], g: int) -> torch.Tensor:
+        """(prompts, G) catalog rows, best first, as the rollout mode draws them."""
+        args = self.sid_args
         if args.rollout == "beam":
             out = generate_sids(
                 model,
@@ -180,8 +195,7 @@ class SidGRPOTrainer(GRPOTrainer):
         if args.rollout == "sample":
             order = scores.argsort(dim=1, descending=True)  # rank = likelihood order in the group
             return items.gather(1, order)
-        targets = self._batch_targets[::g] if args.ensure_target and self._batch_targets else None
-        return _distinct_groups(items, scores, g, targets)
+        return _distinct_groups(items, scores, g)
 
     def _sample(
         self, model: Any, batch: dict[str, torch.Tensor], n: int
@@ -228,6 +242,18 @@ class SidGRPOTrainer(GRPOTrainer):
         sids = torch.tensor([(ids + [-1] * levels)[:levels] for ids in completion_ids])
         return self.trie.item_index(sids).tolist()
 
+    def _log_targets(self, groups: torch.Tensor, targets: list[int]) -> None:
+        """The share of groups holding their target and its mean 1-based place where it is."""
+        found = groups == torch.tensor(targets).unsqueeze(1)
+        hit = found.any(dim=1)
+        model: Any = self.model
+        metrics = self._metrics["train" if model.training else "eval"]
+        metrics["rollout/target_in_group"].append(float(hit.float().mean()))
+        if bool(hit.any()):  # TRL averages what was appended since the last log
+            metrics["rollout/target_rank"].append(
+                float(found[hit].int().argmax(1).float().mean() + 1)
+            )
+
     def _record(self, items: list[int], ranks: list[int], g: int) -> None:
         """Keep the rollout's items and ranks for the rewards; log group diversity."""
         self._rollout = {"items": items, "ranks": ranks}
@@ -253,21 +279,25 @@ def _distinct_prompts(prompt_ids: list[list[int]], g: int) -> list[list[int]]:
     return unique
 
 
-def _distinct_groups(
-    items: torch.Tensor, scores: torch.Tensor, g: int, targets: list[int] | None
-) -> torch.Tensor:
+def _distinct_groups(items: torch.Tensor, scores: torch.Tensor, g: int) -> torch.Tensor:
     """Per row: the distinct sampled items, most likely first, cut to G; rows with fewer than G
-    distinct items are topped up by repeating them (best first). With ``targets``, a group that
-    misses its target gets it in the last place."""
+    distinct items are topped up by repeating them (best first)."""
     groups = []
     for row in range(items.shape[0]):
         order = scores[row].argsort(descending=True)
         distinct = list(dict.fromkeys(items[row, order].tolist()))
-        group = (distinct * math.ceil(g / len(distinct)))[:g]
-        if targets is not None and targets[row] not in group:
-            group[-1] = targets[row]
-        groups.append(group)
+        groups.append((distinct * math.ceil(g / len(distinct)))[:g])
     return torch.tensor(groups, dtype=torch.int64)
+
+
+def with_targets(groups: torch.Tensor, targets: list[int]) -> torch.Tensor:
+    """``groups`` (prompts, G) where each row that misses its target has it in the last place
+    (MiniOneRec's ``add_gt``); rows holding it are unchanged, so distinct rows stay distinct."""
+    out = groups.clone()
+    target = torch.tensor(targets, dtype=out.dtype)
+    missing = ~(out == target.unsqueeze(1)).any(dim=1)
+    out[missing, -1] = target[missing]
+    return out
 
 
 def _distinct_per_row(groups: torch.Tensor) -> float:

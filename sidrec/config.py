@@ -364,7 +364,8 @@ class GrpoConfig(_Section):
     oversample: float = Field(1.5, ge=1.0)
     """dynamic: constrained samples drawn per prompt, as a multiple of G."""
     ensure_target: bool = False
-    """dynamic: replace the last item of a group that misses the target with the target."""
+    """beam / dynamic: replace the last item of a group that misses the target with the target
+    (MiniOneRec's ``add_gt``); refused with rollout sample, whose groups are the policy's draws."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (sample / dynamic rollouts)."""
     rewards: GrpoRewardWeights = GrpoRewardWeights()

@@ -50,12 +50,13 @@ log = logging.getLogger(__name__)
 
 def check_grpo_config(settings: Settings, n_items: int) -> None:
     """Configuration errors that must stop the stage before any model is loaded."""
-    from models.grpo_config import check_group_size, check_vllm
+    from models.grpo_config import check_ensure_target, check_group_size, check_vllm
 
     cfg = settings.grpo
     try:
         check_group_size(cfg.num_generations, n_items)
         check_vllm(use_vllm=cfg.use_vllm, rollout=cfg.rollout)
+        check_ensure_target(ensure_target=cfg.ensure_target, rollout=cfg.rollout)
     except ValueError as exc:
         raise ConfigError(f"grpo.{exc}") from None
 
@@ -252,6 +253,8 @@ def _metrics(
         "reward_first": logs[0]["reward"] if logs else None,
         "reward_last": logs[-1]["reward"] if logs else None,
         "distinct_items_per_group": mean_of("rollout/distinct_items"),
+        "target_in_group": mean_of("rollout/target_in_group"),
+        "rollout_history": [rollout_log(e) for e in logs],
         "step_times": [round(float(e["step_time"]), 4) for e in logs if "step_time" in e],
         "non_finite_rewards": int(sum(f.count for f in rewards)),
         "valid_start": {k: round(v, 5) for k, v in start.items() if k != "step"},
@@ -259,6 +262,20 @@ def _metrics(
         "best_step": int(best["step"]),
         "valid_history": [{k: round(v, 5) for k, v in r.items()} for r in validator.history],
     }
+
+
+def rollout_log(entry: dict[str, Any]) -> dict[str, Any]:
+    """One logging step of TRL's log history: the share of groups holding their target (before
+    ``ensure_target`` inserts it), its mean place where held, and each reward's mean."""
+    keys = ("rollout/target_in_group", "rollout/target_rank")
+    row: dict[str, Any] = {"step": int(entry["step"])}
+    row |= {k.split("/")[1]: round(float(entry[k]), 5) for k in keys if k in entry}
+    row |= {
+        k: round(float(v), 5)
+        for k, v in entry.items()
+        if k.startswith("rewards/") and k.endswith("/mean")
+    }
+    return row
 
 
 @task(name="grpo", cache_policy=StageCache(stage="grpo"), persist_result=True)
@@ -273,7 +290,7 @@ def grpo_task(settings: Settings) -> StageResult:
     result = grpo(settings, on_samples=publish)
     m = result.metrics
     stats = ["rollout", "steps", "train_seconds", "reward_first", "reward_last"]
-    stats += ["distinct_items_per_group", "non_finite_rewards", "best_step"]
+    stats += ["distinct_items_per_group", "target_in_group", "non_finite_rewards", "best_step"]
     valid = {
         f"valid {k} (start → best)": f"{m['valid_start'][k]} → {m['valid_best'][k]}"
         for k in m["valid_best"]

@@ -2,7 +2,7 @@
 every stage, ingest to register, then `sidrec register` again and `sidrec recommend`.
 
 The training budgets are cut (`REDUCED`: fewer epochs and steps, the same code paths and data),
-so the run takes a few minutes instead of `make run`'s twelve; how good the models get is the
+so the run takes a few minutes instead of `make run`'s fourteen; how good the models get is the
 benchmarks' business (`python -m bench.protocol`), not this test's."""
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from sidrec.paths import SPLITS
 
 REDUCED = (
     "sasrec.max_epochs=8",  # best epoch ~19 at full budget; 8 epochs already beat popularity
-    "sft.epochs=0.2",  # a fifth of the windows; the validation that keeps the model still runs
-    "sft.max_rows_per_user=2",
+    "sft.epochs=0.2",  # a fifth of the packed rows; the validation that keeps the model still runs
     "sft.eval_users=64",  # SFT's checkpoint selection on a fixed sample of the selection half
     "grpo.max_steps=2",  # validations at steps 0 and 2 on all 469 selection users
     "grpo.eval_every=2",

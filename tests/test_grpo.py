@@ -59,6 +59,13 @@ def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_trained):
     assert m["valid_best"]["ndcg@10"] == best["ndcg@10"] and m["best_step"] == best["step"]
     assert m["distinct_items_per_group"] == 1.0 and m["non_finite_rewards"] == 0
     assert set(m["rewards"]) == {"ranking", "semantic"}
+    # per logging step: the target's presence in the groups, and each reward's mean
+    assert [r["step"] for r in m["rollout_history"]] == [1, 2, 3, 4]
+    for row in m["rollout_history"]:
+        assert 0.0 <= row["target_in_group"] <= 1.0
+        assert {"rewards/ranking/mean", "rewards/semantic/mean"} <= set(row)
+        assert "target_rank" not in row or 1 <= row["target_rank"] <= 4
+    assert 0.0 <= m["target_in_group"] <= 1.0
     assert [step for step, _ in tables] == [0, 2]
     _, rows = tables[0]
     assert len(rows) == 2 * 4 and {"target", "completion", "rank", "ranking", "semantic"} <= set(

@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 
 from models.grpo_config import SidGRPOConfig
-from models.grpo_trainer import RolloutRewards, SidGRPOTrainer, check_trl_version
+from models.grpo_trainer import RolloutRewards, SidGRPOTrainer, check_trl_version, with_targets
 from models.lm import add_sid_tokens, build_tiny, train_tokenizer
 from models.prompts import seq_rec_prompt
 from models.rewards import NonFiniteGuard, SemanticReward, ranking_reward, rule_reward
@@ -129,12 +129,83 @@ def test_sample_rollouts_are_valid_items(tmp_path, tiny):
     assert all(0 <= i < N_ITEMS for i in batches[0].items)
 
 
-def test_dynamic_rollouts_can_put_the_target_into_each_group(tmp_path, tiny):
-    trainer, batches = _trainer(tmp_path, tiny, rollout="dynamic", steps=1, ensure_target=True)
+@pytest.mark.parametrize("rollout", ["beam", "dynamic"])
+def test_ensure_target_puts_the_target_into_every_group(tmp_path, tiny, rollout):
+    trainer, batches = _trainer(
+        tmp_path, tiny, rollout=rollout, steps=1, ensure_target=True, dataset=_far_targets()
+    )
     trainer.train()
-    batch = batches[0]
-    for start in range(0, len(batch.items), G):
-        assert batch.inputs[start]["target_index"] in batch.items[start : start + G]
+    for batch in batches:
+        groups = torch.tensor(batch.items).view(-1, G)
+        for start, group in zip(range(0, len(batch.items), G), groups, strict=True):
+            assert batch.inputs[start]["target_index"] in group.tolist()
+            assert len(set(group.tolist())) == G and bool((group >= 0).all())
+
+
+def _far_targets():
+    """Prompts whose targets lie far down a random model's ranking: most beam groups miss them."""
+    return Dataset.from_list(
+        [
+            {
+                "prompt": seq_rec_prompt([[0, r]]),
+                "target_index": N_ITEMS - 1 - r,
+                "history_index": [r],
+            }
+            for r in range(4)
+        ]
+    )
+
+
+def test_the_target_log_counts_groups_before_the_target_is_put_in(tmp_path, tiny):
+    logged = {}
+    for ensure in (False, True):
+        trainer, batches = _trainer(
+            tmp_path / str(ensure),
+            tiny,
+            steps=1,
+            learning_rate=0.0,
+            ensure_target=ensure,
+            dataset=_far_targets(),
+        )
+        trainer.train()
+        (entry,) = [e for e in trainer.state.log_history if "rollout/target_in_group" in e]
+        logged[ensure] = entry["rollout/target_in_group"]
+        if not ensure:  # what the beams held, read from the scored groups
+            groups = [batches[0].items[i : i + G] for i in range(0, len(batches[0].items), G)]
+            targets = [row["target_index"] for row in batches[0].inputs[::G]]
+            held = [t in g for t, g in zip(targets, groups, strict=True)]
+            assert logged[False] == pytest.approx(sum(held) / len(held)) and not all(held)
+    assert logged[True] == logged[False]
+
+
+def test_with_targets_replaces_the_last_item_of_groups_that_miss_the_target():
+    groups = torch.tensor([[3, 1, 2], [4, 5, 6], [7, 8, 9]])
+    out = with_targets(groups, [1, 0, 9])
+    assert out.tolist() == [[3, 1, 2], [4, 5, 0], [7, 8, 9]]
+    assert groups.tolist()[1] == [4, 5, 6]  # the input is not edited
+
+
+def test_target_place_is_logged_when_the_target_is_in_the_group(tmp_path, tiny):
+    trainer, batches = _trainer(tmp_path, tiny, steps=2, learning_rate=0.0)
+    trainer.train()
+    hits, places = [], []
+    for batch in batches:
+        for start in range(0, len(batch.items), G):
+            group = batch.items[start : start + G]
+            target = batch.inputs[start]["target_index"]
+            hits.append(target in group)
+            if target in group:
+                places.append(group.index(target) + 1)
+    logged = [e for e in trainer.state.log_history if "rollout/target_in_group" in e]
+    assert len(logged) == len(batches) == 2  # one generation batch per logged step here
+    assert sum(e["rollout/target_in_group"] for e in logged) / 2 == pytest.approx(
+        sum(hits) / len(hits)
+    )
+    ranks = [e["rollout/target_rank"] for e in logged if "rollout/target_rank" in e]
+    if places:
+        assert ranks and all(1 <= r <= G for r in ranks)
+    else:
+        assert not ranks
 
 
 def test_a_reward_returning_nan_is_counted_and_does_not_poison_the_step(tmp_path, tiny):
@@ -261,6 +332,11 @@ def test_more_generations_than_items_is_an_error(tmp_path, tiny):
     small = SidTrie.from_sid_map(dict(list(sid_map.items())[:3]), tokenizer)
     with pytest.raises(ValueError, match="exceeds the catalog"):
         _trainer(tmp_path, (tokenizer, sid_map, small))
+
+
+def test_ensure_target_is_refused_for_sampled_groups(tmp_path):
+    with pytest.raises(ValueError, match="ensure_target .* rollout beam or dynamic"):
+        SidGRPOConfig(output_dir=str(tmp_path), ensure_target=True, rollout="sample", use_cpu=True)
 
 
 def test_vllm_rollouts_must_sample(tmp_path):
