@@ -132,6 +132,11 @@ def test_bad_config_is_reported_before_anything_runs(project):
     assert result.exit_code == 1 and "ingest.typo: unknown key" in result.output
     result = runner.invoke(app, ["pipeline", "--until", "train"])
     assert result.exit_code == 1 and "--until must be one of" in result.output
+    for key, value in (("sft.objective", "bogus"), ("sids.embedding", "bogus")):
+        result = runner.invoke(app, ["pipeline", "--set", f"{key}={value}"])
+        assert result.exit_code == 1 and key in result.output, result.output
+        assert "Traceback" not in result.output
+    assert not (project / "data").exists()
 
 
 def test_stage_commands_and_help(project, write_csv_dataset):
