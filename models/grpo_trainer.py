@@ -19,8 +19,8 @@ was in the group (``rollout/target_in_group``) and its mean 1-based place there 
 
 Two more small overrides hand the rollout facts to the rewards: the catalog row of each
 completion (``completion_item``) and its rank in the group (``rank``) become columns, and the
-batch's targets are read for ``ensure_target`` and the target logs. Rewards, advantages, losses (grpo, dapo,
-dr_grpo, bnpo, GSPO), the reference model and logging are TRL's own.
+batch's targets are read for ``ensure_target`` and the target logs. Rewards, advantages,
+losses (grpo, dapo, dr_grpo, bnpo, GSPO), the reference model and logging are TRL's own.
 """
 
 from __future__ import annotations

@@ -365,7 +365,7 @@ class SyntheticProject:
         "sft": {
             "epochs": 30,
             "batch_size": 4,  # 45 steps an epoch: 60 windows (a user's 6 train items) + 120 pairs
-            # unpacked: windows and alignment pairs here are all ~19 tokens, so packing (which sorts
+            # unpacked: windows and alignment pairs here are all 15-19 tokens, so packing (which sorts
             # by length) would fill rows with one kind and, at a few rows a step, give the pairs
             # steps of their own (HR@10 1.0 unpacked, 0.35-0.52 packed); tests/models/
             # test_sft_trainer.py covers packing, the MovieLens end-to-end test runs it
