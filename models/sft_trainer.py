@@ -61,7 +61,6 @@ class SidSFTTrainer(SFTTrainer):
         self._pad_token_id: int = self._tokenizer.pad_token_id  # set by SFTTrainer
         if isinstance(self.args, SFTConfig) and self.args.packing:
             # instead of TRL's padding-free flattening (see the module doc)
-            self.padding_free = False
             self.data_collator = RowPackedCollator(self._pad_token_id)
 
     def compute_loss(
