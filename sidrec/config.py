@@ -334,7 +334,7 @@ class GrpoRewardWeights(_Section):
     """1 for the exact target item, else 0."""
     ranking: float = Field(1.0, ge=0)
     """Rule reward plus an NDCG-style penalty for wrong items by their beam rank (MiniOneRec)."""
-    collaborative: float = Field(1.0, ge=0)
+    collaborative: float = Field(0.5, ge=0)
     """The SASRec baseline's softmax probability of the generated item given the history
     (loads the model the ``baselines`` stage trained when > 0)."""
     semantic: float = Field(0.0, ge=0)
@@ -381,10 +381,21 @@ class GrpoConfig(_Section):
     """Lower clipping bound of the importance ratio."""
     epsilon_high: float | None = Field(None, gt=0)
     """Upper clipping bound (DAPO's clip-higher); null = epsilon."""
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    """Divide advantages by the reward std of the group, of the batch, or not at all."""
+    reward_form: Literal["rank", "raw"] = "rank"
+    """How the dense rewards (collaborative, semantic) enter: rank = their rank within the
+    group scaled to [0, 1], so with ``scale_rewards: none`` they move an advantage by at most
+    half their weight, less than the target's +1; raw = the values themselves."""
+    scale_rewards: Literal["group", "batch", "none"] = "none"
+    """Divide advantages by the reward std of the group, of the batch, or not at all. none keeps
+    the rewards' own scale: a group that misses the target (most groups) has only the ranked
+    dense rewards' small spread, while group scaling would blow it up to unit variance."""
     learning_rate: float = Field(2e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
+    lr_scheduler: Literal["linear", "cosine", "constant_with_warmup"] = "cosine"
+    """Learning-rate schedule over ``max_steps`` (after the warmup)."""
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient-norm clipping."""
     max_steps: int = Field(150, ge=1)
     """Optimizer steps."""
     rows_per_user: int | None = Field(2, ge=1)

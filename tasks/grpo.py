@@ -26,7 +26,9 @@ from models.grpo_callbacks import SampleSink
 from models.lm import replace_dir, save_model_dir
 from models.prompts import PromptBuilder
 from models.rewards import (
+    DENSE_REWARDS,
     CollaborativeReward,
+    GroupRank,
     NonFiniteGuard,
     RewardFunc,
     SemanticReward,
@@ -82,7 +84,8 @@ def training_rows(
 def reward_functions(
     settings: Settings, item_ids: list[str]
 ) -> tuple[list[NonFiniteGuard], list[float]]:
-    """The rewards with a weight > 0 (each NaN-guarded) and their weights."""
+    """The rewards with a weight > 0 (each NaN-guarded; the dense ones ranked within their group
+    under ``grpo.reward_form: rank``) and their weights."""
     weights = settings.grpo.rewards
     g = settings.grpo.num_generations
     builders: dict[str, Callable[[], RewardFunc]] = {
@@ -95,7 +98,10 @@ def reward_functions(
     for name, build in builders.items():
         weight = getattr(weights, name)
         if weight > 0:
-            funcs.append(NonFiniteGuard(build(), name))
+            func = build()
+            if name in DENSE_REWARDS and settings.grpo.reward_form == "rank":
+                func = GroupRank(func, g)
+            funcs.append(NonFiniteGuard(func, name))
             used.append(float(weight))
     return funcs, used
 
@@ -151,6 +157,9 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
                 gradient_accumulation_steps=1,
                 max_completion_length=trie.levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
                 max_steps=cfg.max_steps,
+                lr_scheduler_type=cfg.lr_scheduler,
+                warmup_ratio=cfg.warmup_ratio,
+                max_grad_norm=cfg.max_grad_norm,
                 beta=cfg.beta,
                 loss_type=cfg.loss_type,
                 importance_sampling_level=cfg.importance_sampling_level,

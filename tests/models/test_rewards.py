@@ -12,12 +12,14 @@ import torch
 from models.constrained import sid_regex
 from models.rewards import (
     CollaborativeReward,
+    GroupRank,
     NonFiniteGuard,
     SemanticReward,
     rank_penalties,
     ranking_reward,
     rule_reward,
 )
+from sidrec.config import GrpoConfig
 
 
 def test_rule_reward_is_one_only_for_each_rows_own_target():
@@ -73,6 +75,66 @@ def test_non_finite_guard_counts_and_drops_nan_and_inf():
     assert out == [1.0, None, None, None]
     assert guard.count == 2 and logged == {"rewards/flaky/non_finite": 2.0}
     assert guard.__name__ == "flaky"
+
+
+def test_group_rank_scales_each_groups_ranks_to_unit_range():
+    raw = [0.01, 0.002, 0.03, 0.002, 5.0, math.nan, None, 1.0]
+    ranked = GroupRank(lambda completions, **_: raw, num_generations=4)(["x"] * 8)
+    assert ranked[:4] == [pytest.approx(2 / 3), pytest.approx(1 / 6), 1.0, pytest.approx(1 / 6)]
+    assert ranked[4] == 1.0 and ranked[7] == 0.0  # ranked among the group's finite values
+    assert math.isnan(ranked[5]) and ranked[6] is None  # left for NonFiniteGuard / TRL
+    single = GroupRank(lambda completions, **_: [None, 0.3], num_generations=2)(["x"] * 2)
+    assert single == [None, 0.5]
+
+
+def _advantages(rewards: np.ndarray, g: int, scale: str) -> np.ndarray:
+    """TRL's GRPO advantages: summed weighted rewards minus the group mean, optionally divided
+    by the group's std."""
+    grouped = rewards.reshape(-1, g)
+    adv = grouped - grouped.mean(1, keepdims=True)
+    if scale == "group":
+        adv = adv / (grouped.std(1, ddof=1, keepdims=True) + 1e-4)
+    return adv.reshape(-1)
+
+
+def _worst_case(cfg: GrpoConfig, seed: int) -> tuple[float, float]:
+    """(largest |advantage| in a group missing the target, the target's advantage in a group
+    holding it) for random SASRec probabilities, the target the least probable in its group."""
+    g = cfg.num_generations
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(g * 2, 0.3))[: g * 2].tolist()
+    target_rank = int(rng.integers(g))
+    items = list(range(g * 2))
+    targets = [items[target_rank]] * g + [-1] * g  # group 0 holds its target, group 1 misses
+    probs[target_rank] = min(probs[:g]) / 2  # SASRec finds the target least plausible
+    ranks = list(range(g)) * 2
+    collab = lambda completions, **_: probs  # noqa: E731
+    dense = GroupRank(collab, g) if cfg.reward_form == "rank" else collab
+    w = cfg.rewards
+    total = w.ranking * np.array(
+        ranking_reward(
+            ["x"] * 2 * g,
+            completion_item=items,
+            target_index=targets,
+            rank=ranks,
+            num_generations=g,
+        )
+    ) + w.collaborative * np.array(dense(["x"] * 2 * g))
+    adv = _advantages(total, g, cfg.scale_rewards)
+    return float(np.abs(adv[g:]).max()), float(adv[target_rank])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_default_rewards_keep_the_target_signal_on_top(seed):
+    missing, target = _worst_case(GrpoConfig(), seed)
+    assert missing < target
+
+
+def test_raw_group_scaled_rewards_let_sasrec_drown_the_target():
+    # the configuration before: every missing group gets unit-variance SASRec advantages
+    before = GrpoConfig(reward_form="raw", scale_rewards="group", rewards={"collaborative": 1.0})
+    results = [_worst_case(before, seed) for seed in range(20)]
+    assert any(missing > target for missing, target in results)
 
 
 def test_sid_regex_matches_exactly_the_catalog():
