@@ -55,6 +55,7 @@ def main() -> None:
                     "grpo.eval_users=50",
                     # the rewards do not change what a rollout costs; no SASRec to train
                     "grpo.rewards.collaborative=0",
+                    "grpo.ensure_target=false",  # refused with sample rollouts
                 ],
             )
             shutil.copytree(project.paths.sft_model, settings.paths.sft_model)

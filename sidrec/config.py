@@ -309,7 +309,8 @@ class SftConfig(_Section):
     """Rows per optimizer step (packed rows hold several examples: 24 rows of the default are
     ~6k tokens, what 64 unpacked rows held)."""
     learning_rate: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    """AdamW's decoupled weight decay (0.1 narrowed SFT's valid-to-test drop on MovieLens)."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     eval_every: int = Field(2, ge=1)
     """Epochs between validations (NDCG@10 on the validation selection users, ranked as
@@ -363,9 +364,11 @@ class GrpoConfig(_Section):
     """Distinct prompts per optimizer step (the batch is prompts_per_step × G completions)."""
     oversample: float = Field(1.5, ge=1.0)
     """dynamic: constrained samples drawn per prompt, as a multiple of G."""
-    ensure_target: bool = False
+    ensure_target: bool = True
     """beam / dynamic: replace the last item of a group that misses the target with the target
-    (MiniOneRec's ``add_gt``); refused with rollout sample, whose groups are the policy's draws."""
+    (MiniOneRec's ``add_gt``), so every group carries the target's signal (without it ~80% of
+    the MovieLens groups miss it); refused with rollout sample, whose groups are the policy's
+    draws (set it false there)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (sample / dynamic rollouts)."""
     rewards: GrpoRewardWeights = GrpoRewardWeights()
@@ -389,7 +392,7 @@ class GrpoConfig(_Section):
     """Divide advantages by the reward std of the group, of the batch, or not at all. none keeps
     the rewards' own scale: a group that misses the target (most groups) has only the ranked
     dense rewards' small spread, while group scaling would blow it up to unit variance."""
-    learning_rate: float = Field(2e-5, gt=0)
+    learning_rate: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     lr_scheduler: Literal["linear", "cosine", "constant_with_warmup"] = "cosine"
     """Learning-rate schedule over ``max_steps`` (after the warmup)."""
