@@ -284,6 +284,9 @@ class _DropUserErrors(logging.Filter):
 def _quiet_expected_errors(debug: bool) -> None:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # the first start of the local Prefect server on a fresh clone (database creation, cold
+    # imports) took over Prefect's 20 s default on 2 cores and failed `make run`
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if debug:
         return
     import prefect  # noqa: F401  (configures Prefect's logging on import)

@@ -187,3 +187,15 @@ def test_real_process_prints_no_traceback(project, prefect_harness, write_input)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "column 'user_id'" in proc.stderr
+
+
+def test_pipeline_gives_the_local_prefect_server_time_to_start(monkeypatch):
+    from sidrec.cli import _quiet_expected_errors
+
+    key = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    monkeypatch.delenv(key, raising=False)
+    _quiet_expected_errors(debug=True)
+    assert os.environ[key] == "120"  # Prefect's 20 s default failed a fresh-clone `make run`
+    monkeypatch.setenv(key, "45")
+    _quiet_expected_errors(debug=True)
+    assert os.environ[key] == "45"  # a user's own value wins
