@@ -164,9 +164,8 @@ class GroupRank:
             if not rows:
                 continue
             ranks = rankdata([values[i] for i in rows])  # 1..n, ties averaged
-            span = max(len(rows) - 1, 1)
             for i, r in zip(rows, ranks, strict=True):
-                ranked[i] = float(r - 1) / span if len(rows) > 1 else 0.5
+                ranked[i] = float(r - 1) / (len(rows) - 1) if len(rows) > 1 else 0.5
         return ranked
 
 

@@ -102,7 +102,7 @@ def _worst_case(cfg: GrpoConfig, seed: int) -> tuple[float, float]:
     holding it) for random SASRec probabilities, the target the least probable in its group."""
     g = cfg.num_generations
     rng = np.random.default_rng(seed)
-    probs = rng.dirichlet(np.full(g * 2, 0.3))[: g * 2].tolist()
+    probs = rng.dirichlet(np.full(g * 2, 0.3)).tolist()
     target_rank = int(rng.integers(g))
     items = list(range(g * 2))
     targets = [items[target_rank]] * g + [-1] * g  # group 0 holds its target, group 1 misses
