@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from models.metrics import exclusion_mask
 from models.sid_trie import SidTrie
 from sidrec.progress import ProgressBar
 
@@ -183,7 +184,7 @@ def generate_sids(
         )
     device = model.device
     trie = trie.to(device)
-    banned = None if exclude is None else _exclusion_mask(exclude, len(input_ids), trie.n_items)
+    banned = None if exclude is None else exclusion_mask(exclude, len(input_ids), trie.n_items)
     beam = num_beams > 1  # greedy keeps the processed tensor as output_logits: copy it
     processor = SidConstrainedLogitsProcessor(
         trie=trie,
@@ -226,22 +227,6 @@ def generate_sids(
     if banned is not None:
         items, scores = _keep_allowed(items, scores, banned.to(items.device))
     return SidGeneration(items, scores, truncated)
-
-
-def _exclusion_mask(exclude: Sequence[Sequence[int]], batch: int, n_items: int) -> torch.Tensor:
-    """(batch, n_items) bool, True where the prompt's ``exclude`` list names the item row."""
-    if isinstance(exclude, str) or len(exclude) != batch:
-        raise ValueError(f"exclude needs one list of item rows per prompt ({batch} prompts)")
-    counts = torch.tensor([len(rows) for rows in exclude], dtype=torch.int64)
-    cols = torch.tensor([int(i) for rows in exclude for i in rows], dtype=torch.int64)
-    if len(cols) and not bool(((cols >= 0) & (cols < n_items)).all()):
-        raise ValueError(
-            f"exclude names item rows outside 0..{n_items - 1}; pass trie rows "
-            "(positions in trie.item_ids), not item ids"
-        )
-    mask = torch.zeros(batch, n_items, dtype=torch.bool)
-    mask[torch.repeat_interleave(torch.arange(batch), counts), cols] = True
-    return mask
 
 
 def _keep_allowed(

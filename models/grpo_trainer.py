@@ -39,6 +39,7 @@ from trl.models import unwrap_model_for_generation
 
 from models.constrained import SidConstrainedLogitsProcessor, generate_sids, left_pad
 from models.grpo_config import SidGRPOConfig, check_group_size
+from models.metrics import exclusion_mask
 from models.sid_trie import SidTrie
 
 log = logging.getLogger(__name__)
@@ -102,12 +103,15 @@ class SidGRPOTrainer(GRPOTrainer):
         self.on_rewards = on_rewards
         self._rollout: dict[str, list[int]] = {}
         self._batch_targets: list[int] | None = None
+        self._batch_exclude: list[list[int]] | None = None
 
     # --- the three overrides
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         # remember the targets of this generation batch (ensure_target and the target logs)
         self._batch_targets = [int(x["target_index"]) for x in inputs] if inputs else None
+        has_exclude = bool(inputs) and "exclude_index" in inputs[0]
+        self._batch_exclude = [list(x["exclude_index"]) for x in inputs] if has_exclude else None
         return super()._generate_and_score_completions(inputs)
 
     def _calculate_rewards(
@@ -169,15 +173,34 @@ class SidGRPOTrainer(GRPOTrainer):
 
     def _rollout_items(self, model: Any, prompts: list[list[int]], g: int) -> torch.Tensor:
         args = self.sid_args
-        groups = self._rollout_groups(model, left_pad(prompts, self._pad_id), g)
+        exclude = self._group_exclusions(g)
+        groups = self._rollout_groups(model, left_pad(prompts, self._pad_id), g, exclude)
+        if bool((groups < 0).any()):  # cannot happen while G items stay allowed per prompt
+            raise RuntimeError(f"a rollout found fewer than num_generations={g} allowed items")
         targets = self._batch_targets[::g] if self._batch_targets else None
         if targets is None:
             return groups
         self._log_targets(groups, targets)  # what the policy found, before any insertion
         return with_targets(groups, targets) if args.ensure_target else groups
 
-    def _rollout_groups(self, model: Any, batch: dict[str, torch.Tensor], g: int) -> torch.Tensor:
-        """(prompts, G) catalog rows, best first, as the rollout mode draws them."""
+    def _group_exclusions(self, g: int) -> list[list[int]] | None:
+        """Per distinct prompt, the items its rollout may not hold (the ``exclude_index`` column:
+        what the user already had, which evaluation never ranks). A prompt whose exclusions
+        would leave fewer than G items keeps the whole catalog instead."""
+        if self._batch_exclude is None:
+            return None
+        per_prompt = self._batch_exclude[::g]
+        return [rows if self.trie.n_items - len(set(rows)) >= g else [] for rows in per_prompt]
+
+    def _rollout_groups(
+        self,
+        model: Any,
+        batch: dict[str, torch.Tensor],
+        g: int,
+        exclude: list[list[int]] | None = None,
+    ) -> torch.Tensor:
+        """(prompts, G) catalog rows, best first, as the rollout mode draws them, none of them
+        in the prompt's ``exclude`` list."""
         args = self.sid_args
         if args.rollout == "beam":
             out = generate_sids(
@@ -188,23 +211,36 @@ class SidGRPOTrainer(GRPOTrainer):
                 num_beams=g,
                 top_k=g,
                 max_prompt_tokens=batch["input_ids"].shape[1],
+                exclude=exclude,
             )
             return out.items.cpu()
         n = g if args.rollout == "sample" else math.ceil(args.oversample * g)
-        items, scores = self._sample(model, batch, n)
+        items, scores = self._sample(model, batch, n, exclude)
         if args.rollout == "sample":
             order = scores.argsort(dim=1, descending=True)  # rank = likelihood order in the group
             return items.gather(1, order)
         return _distinct_groups(items, scores, g)
 
     def _sample(
-        self, model: Any, batch: dict[str, torch.Tensor], n: int
+        self,
+        model: Any,
+        batch: dict[str, torch.Tensor],
+        n: int,
+        exclude: list[list[int]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(prompts, n) constrained samples and their sequence log-probabilities."""
-        processor = SidConstrainedLogitsProcessor(
-            trie=self.trie, eos_token_id=self.sid_tokenizer.eos_token_id, inplace=False
-        )
+        """(prompts, n) constrained samples, none in the prompt's ``exclude`` list, and their
+        sequence log-probabilities."""
         device = model.device
+        banned = None
+        if exclude is not None:
+            mask = exclusion_mask(exclude, len(exclude), self.trie.n_items)
+            banned = self.trie.banned_nodes(mask)
+        processor = SidConstrainedLogitsProcessor(
+            trie=self.trie,
+            eos_token_id=self.sid_tokenizer.eos_token_id,
+            inplace=False,
+            banned_nodes=banned,
+        )
         out = model.generate(
             input_ids=batch["input_ids"].to(device),
             attention_mask=batch["attention_mask"].to(device),

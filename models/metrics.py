@@ -194,7 +194,7 @@ def topk_from_scores(
     scores = scores.detach().float()
     banned = None
     if exclude is not None:
-        banned = _exclusion_mask(exclude, n, n_items, scores.device)
+        banned = exclusion_mask(exclude, n, n_items, scores.device)
         scores = scores.masked_fill(banned, float("-inf"))
     idx = torch.topk(scores, min(k, n_items), dim=1).indices
     if banned is not None:
@@ -204,10 +204,12 @@ def topk_from_scores(
     return out
 
 
-def _exclusion_mask(
-    exclude: Sequence[Sequence[int]], n: int, n_items: int, device: torch.device
+def exclusion_mask(
+    exclude: Sequence[Sequence[int]], n: int, n_items: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    if len(exclude) != n:
+    """(n, n_items) bool, True where row r's index list ``exclude[r]`` names the item (catalog
+    rows, i.e. positions in the item order, not item ids)."""
+    if isinstance(exclude, str) or len(exclude) != n:
         raise ValueError(
             f"exclude must have one index list per score row ({n}), got {len(exclude)}"
         )
@@ -216,8 +218,8 @@ def _exclusion_mask(
     if cols and not (min(cols) >= 0 and max(cols) < n_items):
         bad = next(r for r, items in enumerate(exclude) if any(not 0 <= i < n_items for i in items))
         raise ValueError(
-            f"exclude row {bad} holds indices outside the catalog [0, {n_items}): "
-            f"{list(exclude[bad])}"
+            f"exclude row {bad} holds indices outside the catalog [0, {n_items}) (pass catalog "
+            f"rows, not item ids): {list(exclude[bad])}"
         )
     mask = torch.zeros((n, n_items), dtype=torch.bool, device=device)
     mask[

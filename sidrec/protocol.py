@@ -93,6 +93,32 @@ def seen_items(
     return out
 
 
+def items_before(split: pd.DataFrame, rows: pd.DataFrame) -> list[list[str]]:
+    """For each row of ``rows`` (rows of ``split``, with ``split``'s index): every item its user
+    had before the row's target within ``split``, i.e. the row's own history and the history
+    items and targets of the user's earlier rows (by timestamp, ties in file order). Sorted,
+    distinct item ids per row.
+
+    :func:`seen_items` serves rows of a later split, where the whole train history is in the
+    past; a train row's later targets are its future, so they are not in its list here.
+    """
+    wanted = set(rows.index)
+    ordered = split.assign(_row=np.arange(len(split))).sort_values(["user_id", "timestamp", "_row"])
+    before: dict[object, list[str]] = {}
+    seen: set[str] = set()
+    user: object = None
+    for index, row_user, history, target in zip(
+        ordered.index, ordered["user_id"], ordered["history"], ordered["target"], strict=True
+    ):
+        if row_user != user:
+            seen, user = set(), row_user
+        seen.update(str(i) for i in history)
+        if index in wanted:
+            before[index] = sorted(seen)
+        seen.add(str(target))
+    return [before[index] for index in rows.index]
+
+
 def fingerprint(files: Iterable[Path]) -> str:
     """A short content hash of files (a folder counts as all the files inside it)."""
     digest = hashlib.sha256()

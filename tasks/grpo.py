@@ -40,6 +40,7 @@ from sidrec.config import Settings
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats, publish_table
+from sidrec.protocol import items_before
 from sidrec.stage import StageResult
 from sidrec.tracking import stage_run
 from tasks.shared.embeddings import load_embeddings
@@ -66,12 +67,15 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
 def training_rows(
     settings: Settings, builder: PromptBuilder, train: pd.DataFrame, index: dict[str, int]
 ) -> list[dict[str, Any]]:
-    """One row per training prompt, with its own target (never looked up by prompt text)."""
+    """One row per training prompt, with its own target (never looked up by prompt text) and,
+    under ``evaluate.exclude_seen``, the items the user had before it (``exclude_index``): the
+    rollout then ranks as evaluation does, so no group spends a place on an item evaluation
+    would never recommend."""
     rows = recent_rows(train, settings.grpo.rows_per_user)
     histories = [list(h) for h in rows["history"]]
     targets = encode_targets(list(rows["target"]), index, "train targets")
     encoded = encode_histories(histories, index, "train histories")
-    return [
+    out: list[dict[str, Any]] = [
         {
             "prompt": builder.history_prompt(h),
             "target_index": int(t),
@@ -79,6 +83,11 @@ def training_rows(
         }
         for h, t, e in zip(histories, targets, encoded, strict=True)
     ]
+    if settings.evaluate.exclude_seen:
+        seen = encode_histories(items_before(train, rows), index, "train histories")
+        for row, items in zip(out, seen, strict=True):
+            row["exclude_index"] = items
+    return out
 
 
 def reward_functions(

@@ -121,3 +121,36 @@ def test_evaluate_names_the_missing_grpo_model(grpo_trained):
     settings = grpo_trained()
     with pytest.raises(InputError, match=r"run `sidrec grpo` first, or set grpo.enabled false"):
         evaluate(settings)
+
+
+@pytest.mark.parametrize("exclude_seen", [True, False])
+def test_training_prompts_carry_what_the_user_had_before_under_exclude_seen(
+    grpo_settings, synthetic_project, exclude_seen
+):
+    from types import SimpleNamespace
+
+    from models.baselines import catalog_index
+    from sidrec.protocol import items_before
+    from tasks.grpo import training_rows
+    from tasks.shared.inputs import read_split, recent_rows
+
+    settings = grpo_settings()
+    settings = synthetic_project.settings(
+        settings.paths.data_dir.parent,
+        grpo={**GRPO, "rows_per_user": 2},
+        evaluate={"exclude_seen": exclude_seen},
+    )
+    train = read_split(settings, "train")
+    index = catalog_index(sorted({*train["target"], *(i for h in train["history"] for i in h)}))
+    builder = SimpleNamespace(history_prompt=lambda history: " ".join(history))
+    rows = training_rows(settings, builder, train, index)  # type: ignore[arg-type]
+    recent = recent_rows(train, 2)
+    assert [r["target_index"] for r in rows] == [index[t] for t in recent["target"]]
+    if not exclude_seen:
+        assert all("exclude_index" not in r for r in rows)
+        return
+    before = items_before(train, recent)
+    assert [r["exclude_index"] for r in rows] == [[index[i] for i in b] for b in before]
+    for row, target in zip(rows, recent["target"], strict=True):
+        assert index[target] not in row["exclude_index"]  # the synthetic users never repeat
+        assert set(row["history_index"]) <= set(row["exclude_index"])

@@ -340,7 +340,9 @@ def test_rank_items_gives_each_batch_its_exclusions(model, tokenizer):
 def test_exclusions_must_be_trie_rows_one_list_per_prompt(model, tokenizer):
     trie = SidTrie.from_sid_map(SMALL_MAP, tokenizer)
     kwargs: dict[str, Any] = dict(num_beams=4, top_k=2, max_prompt_tokens=16)
-    with pytest.raises(ValueError, match=r"one list of item rows per prompt \(2 prompts\)"):
+    with pytest.raises(ValueError, match=r"one index list per score row \(2\)"):
         generate_sids(model, tokenizer, ["Answer:", "user Answer:"], trie, exclude=[[0]], **kwargs)
-    with pytest.raises(ValueError, match=r"outside 0\.\.3; pass trie rows"):
+    with pytest.raises(
+        ValueError, match=r"row 0 holds indices outside the catalog \[0, 4\) \(pass catalog rows"
+    ):
         generate_sids(model, tokenizer, ["Answer:"], trie, exclude=[[4]], **kwargs)

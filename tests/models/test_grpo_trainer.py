@@ -156,6 +156,55 @@ def _far_targets():
     )
 
 
+def _excluding(exclude):
+    """_dataset's rows, each with its own items to exclude."""
+    rows = _dataset({f"i{n}": [n // K, n % K] for n in range(N_ITEMS)}).to_list()
+    return Dataset.from_list([r | {"exclude_index": e} for r, e in zip(rows, exclude, strict=True)])
+
+
+@pytest.mark.parametrize("rollout", ["beam", "dynamic", "sample"])
+def test_rollouts_skip_the_items_a_prompt_excludes(tmp_path, tiny, rollout):
+    exclude = [list(range(0, 12)), list(range(8, 20)), [1, 3, 5, 7], list(range(2, 14))]
+    trainer, batches = _trainer(
+        tmp_path, tiny, rollout=rollout, steps=1, learning_rate=0.0, dataset=_excluding(exclude)
+    )
+    trainer.train()
+    by_target = {r + 2: set(e) for r, e in enumerate(exclude)}
+    for start in range(0, len(batches[0].items), G):
+        group = batches[0].items[start : start + G]
+        assert not by_target[batches[0].inputs[start]["target_index"]] & set(group)
+        assert all(0 <= i < N_ITEMS for i in group)
+        if rollout != "sample":
+            assert len(set(group)) == G
+
+
+def test_beam_groups_with_exclusions_are_the_constrained_top_g_of_what_is_left(tmp_path, tiny):
+    from models.constrained import generate_sids
+
+    tokenizer, _, trie = tiny
+    # the last prompt excludes all but G - 1 items: it keeps the whole catalog
+    exclude = [[0, 1], [5, 6, 7], [], list(range(N_ITEMS - G + 1))]
+    trainer, batches = _trainer(
+        tmp_path, tiny, steps=2, learning_rate=0.0, dataset=_excluding(exclude)
+    )
+    trainer.train()
+    for batch in batches:
+        rows = batch.inputs[::G]
+        kept = [exclude[r["target_index"] - 2] for r in rows]
+        kept = [e if N_ITEMS - len(e) >= G else [] for e in kept]
+        expected = generate_sids(
+            trainer.model.eval(),
+            tokenizer,
+            [r["prompt"] for r in rows],
+            trie,
+            num_beams=G,
+            top_k=G,
+            max_prompt_tokens=64,
+            exclude=kept,
+        )
+        assert batch.items == expected.items.flatten().tolist()
+
+
 def test_the_target_log_counts_groups_before_the_target_is_put_in(tmp_path, tiny):
     logged = {}
     for ensure in (False, True):

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import pandas as pd
+
+from sidrec.config import SplitConfig
+from sidrec.protocol import items_before, seen_items
+from tasks.shared.inputs import recent_rows
+from tasks.split import leave_one_out
+
+
+def _train() -> pd.DataFrame:
+    # u: a b c d e f (ties at t=3 keep file order: c before d); v: x y z w
+    inter = pd.DataFrame(
+        [("u", i, t) for i, t in [("a", 1), ("b", 2), ("c", 3), ("d", 3), ("e", 5), ("f", 6)]]
+        + [("v", i, t) for i, t in [("x", 1), ("y", 2), ("z", 3), ("w", 4)]],
+        columns=["user_id", "item_id", "timestamp"],
+    )
+    return leave_one_out(inter, SplitConfig(max_history=1))["train"]
+
+
+def test_items_before_holds_only_the_past_of_each_train_row():
+    train = _train()  # u's targets b c d (histories of 1 item), v's y
+    rows = recent_rows(train, 2)
+    got = dict(zip(rows["target"], items_before(train, rows), strict=True))
+    assert got == {"c": ["a", "b"], "d": ["a", "b", "c"], "y": ["x"]}
+    # the whole-history rule of later splits would hold the row's own target and its future
+    later = dict(zip(rows["target"], seen_items(train, rows), strict=True))
+    assert "c" in later["c"] and "d" in later["c"]
+
+
+def test_items_before_follows_the_rows_order_not_the_splits():
+    train = _train()
+    rows = train.iloc[::-1]
+    assert items_before(train, rows) == [["x"], ["a", "b", "c"], ["a", "b"], ["a"]]
