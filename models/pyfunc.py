@@ -6,9 +6,10 @@ from :class:`models.recommender.SidRecommender` — the same prompts, constraine
 and exclusion of the history's items as the evaluate stage scores.
 
 :class:`SidRecommenderModel` wraps it for MLflow: its artifacts are the model folder, the SID
-map, the catalog (item_id, title) and the generation settings; ``load_context`` builds the
-:class:`Recommender` once, ``predict`` takes a DataFrame with a ``history`` column and returns
-``item_ids``/``titles``/``scores`` per row. :func:`log_recommender` logs it as code
+map, the catalog (item_id, title, popularity) and the generation settings; ``load_context``
+builds the :class:`Recommender` once, ``predict`` takes a DataFrame with a ``history`` column
+and returns ``item_ids``/``titles``/``scores`` per row, with the unknown history items it
+dropped and whether it fell back to popularity. :func:`log_recommender` logs it as code
 (``models/pyfunc_entry.py``, MLflow's "models from code": nothing is pickled) with a
 signature, an input example, the project packages it imports and pinned requirements, so
 ``mlflow models serve -m models:/<name>@champion`` can serve it:
@@ -39,8 +40,8 @@ CODE_PACKAGES = ("models", "sidrec")
 REQUIREMENTS = ("mlflow", "torch", "transformers", "tokenizers", "pandas", "numpy", "pyarrow")
 """Distributions the served model needs, pinned to this environment's versions when logged."""
 ARTIFACTS = ("model", "sid_map", "catalog", "generation")
-"""Artifact keys: the model folder, ``sid_map.json``, ``catalog.parquet`` (item_id, title) and
-``generation.json`` (:class:`GenerationSettings`)."""
+"""Artifact keys: the model folder, ``sid_map.json``, ``catalog.parquet`` (item_id, title and
+training interaction count ``popularity``) and ``generation.json`` (:class:`GenerationSettings`)."""
 
 
 class GenerationSettings(NamedTuple):
@@ -66,7 +67,13 @@ class Recommendations(NamedTuple):
     item_ids: list[list[str]]
     titles: list[list[str]]
     scores: list[list[float]]
-    """Beam score: the SID's log-probability per generated token."""
+    """Beam score: the SID's log-probability per generated token; under ``fallback``, the
+    log of the item's share of the training interactions (popularity's probability)."""
+    unknown_items: list[list[str]]
+    """History items the model does not know, dropped from its history (in request order)."""
+    fallback: list[bool]
+    """True where no history item was known (or none was given): the row holds the most
+    popular items, not the model's."""
 
 
 class Recommender:
@@ -83,7 +90,10 @@ class Recommender:
         generation: GenerationSettings,
     ):
         """``catalog``: item_id and title of every item that may be recommended (each must
-        have a SID in ``sid_map``)."""
+        have a SID in ``sid_map``) and, optionally, ``popularity``: its training interaction
+        count, which ranks the fallback for histories the model knows nothing of (without the
+        column: catalog order)."""
+        from models.baselines.popularity import Popularity
         from models.recommender import SidRecommender
 
         self.ranker = SidRecommender(
@@ -99,6 +109,12 @@ class Recommender:
         self.item_ids = self.ranker.item_ids
         self.titles = catalog["title"].astype(str).tolist()
         self.generation = generation
+        counts = (
+            catalog["popularity"].to_numpy()
+            if "popularity" in catalog.columns
+            else np.zeros(len(catalog), dtype=np.int64)
+        )
+        self.popularity = Popularity.from_counts(item_ids=self.item_ids, counts=counts)
 
     @classmethod
     def from_files(
@@ -141,18 +157,54 @@ class Recommender:
         """Top-``k`` (default ``generation.top_k``) distinct catalog items per history, none of
         them in the history when ``generation.exclude_history`` (fewer when fewer remain).
 
-        Raises ValueError naming the history items the model does not know."""
+        History items the model does not know are dropped and named in ``unknown_items``; a
+        history left empty (or sent empty) gets the most popular items, flagged ``fallback``.
+        One unknown id never fails the request."""
         k = self.generation.top_k if k is None else int(k)
-        histories = [list(h) for h in histories]
-        exclude = histories if self.generation.exclude_history else None
-        ranking = self.ranker.rank(histories, k, exclude=exclude)
-        out = Recommendations([], [], [])
-        for items, row_scores in zip(ranking.items.tolist(), ranking.scores.tolist(), strict=True):
+        index = self.ranker.index
+        known = [[i for i in map(str, h) if i in index] for h in histories]
+        unknown = [[i for i in map(str, h) if i not in index] for h in histories]
+        exclude = known if self.generation.exclude_history else None
+        rows = np.full((len(known), k), -1, dtype=np.int64)
+        scores = np.full((len(known), k), -np.inf)
+        model_rows = [r for r, h in enumerate(known) if h]
+        if model_rows:
+            ranking = self.ranker.rank(
+                [known[r] for r in model_rows],
+                k,
+                exclude=None if exclude is None else [exclude[r] for r in model_rows],
+            )
+            rows[model_rows], scores[model_rows] = ranking.items, ranking.scores
+        fallback = [not h for h in known]
+        if any(fallback):
+            rows[fallback], scores[fallback] = self._popular(int(sum(fallback)), k)
+        if any(unknown):
+            log.info(
+                "dropped %d unknown history item(s) from %d of %d histories",
+                sum(map(len, unknown)),
+                sum(1 for u in unknown if u),
+                len(known),
+            )
+        out = Recommendations([], [], [], unknown, fallback)
+        for items, row_scores in zip(rows.tolist(), scores.tolist(), strict=True):
             kept = [(i, s) for i, s in zip(items, row_scores, strict=True) if i >= 0]
             out.item_ids.append([self.item_ids[i] for i, _ in kept])
             out.titles.append([self.titles[i] for i, _ in kept])
             out.scores.append([round(float(s), 6) for _, s in kept])
         return out
+
+    def _popular(self, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n, k) most popular items and their log share of the training interactions (the
+        histories are empty: nothing to exclude)."""
+        items = self.popularity.recommend(n, min(k, self.n_items))
+        counts = self.popularity.counts.astype(np.float64)
+        share = (counts + 1.0) / (counts.sum() + len(counts))  # +1: never log(0)
+        scores = np.where(items >= 0, np.log(share[items.clip(min=0)]), -np.inf)
+        if k > items.shape[1]:
+            pad = ((0, 0), (0, k - items.shape[1]))
+            items = np.pad(items, pad, constant_values=-1)
+            scores = np.pad(scores, pad, constant_values=-np.inf)
+        return items, scores
 
 
 def parse_history(value: Any, row: int = 0) -> list[str]:
@@ -194,7 +246,8 @@ class SidRecommenderModel(PythonModel):
     ) -> pd.DataFrame:
         """``model_input``: a DataFrame with a ``history`` column (see :func:`parse_history`);
         ``params``: optional ``{"k": int}``. Returns one row per input row with ``item_ids``,
-        ``titles`` and ``scores`` (lists, best first)."""
+        ``titles`` and ``scores`` (lists, best first), ``unknown_items`` (history items the
+        model dropped) and ``fallback`` (true: popularity, no known history item)."""
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         if "history" not in frame.columns:
             raise ValueError(
@@ -227,6 +280,8 @@ def model_signature(top_k: int) -> Any:
                 ColSpec(Array(DataType.string), "item_ids"),
                 ColSpec(Array(DataType.string), "titles"),
                 ColSpec(Array(DataType.double), "scores"),
+                ColSpec(Array(DataType.string), "unknown_items"),
+                ColSpec(DataType.boolean, "fallback"),
             ]
         ),
         params=ParamSchema([ParamSpec("k", DataType.long, top_k)]),
@@ -260,7 +315,9 @@ def log_recommender(
     with tempfile.TemporaryDirectory(prefix="sidrec-pyfunc-") as tmp:
         staged = Path(tmp)
         catalog_path = staged / "catalog.parquet"
-        catalog[["item_id", "title"]].astype(str).to_parquet(catalog_path, index=False)
+        columns = ["item_id", "title", *(["popularity"] if "popularity" in catalog else [])]
+        saved = catalog[columns].astype({"item_id": str, "title": str})
+        saved.to_parquet(catalog_path, index=False)
         generation_path = staged / "generation.json"
         generation_path.write_text(json.dumps(generation._asdict(), indent=2))
         return mlflow.pyfunc.log_model(

@@ -244,9 +244,14 @@ def recommend_command(
         table = Table(title=f"{champion.uri} (version {champion.version}) · {who}")
         for column in ("rank", "item_id", "title"):
             table.add_column(column, justify="right" if column == "rank" else "left")
-        for row in recs.itertuples():
+        for row in recs.table.itertuples():
             table.add_row(str(row.rank), str(row.item_id), str(row.title))
         out.print(table)
+        if recs.unknown_items:
+            dropped = ", ".join(repr(i) for i in recs.unknown_items)
+            out.print(f"dropped history items the model does not know: {dropped}")
+        if recs.fallback:
+            out.print("no known history item: these are the most popular items")
 
 
 @app.command()

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from prefect import task
 
 from models.baselines import catalog_index, encode_histories, encode_targets
@@ -34,7 +33,6 @@ from models.metrics import (
     catalog_coverage,
     per_row_metrics,
     popularity_percentile,
-    topk_from_scores,
 )
 from models.recommender import SidRecommender
 from models.stats import bootstrap_interval, paired_bootstrap_interval
@@ -77,17 +75,8 @@ def popularity_topk(
     popularity: Popularity, n: int, k: int, exclude: list[list[str]] | None
 ) -> np.ndarray:
     """Popularity's top-k for ``n`` rows, each without its excluded items."""
-    if exclude is None:
-        return popularity.recommend(n, k)
-    # scores that reproduce the ranking exactly (counts tie in catalog order)
-    order = np.empty(len(popularity.ranking), dtype=np.float32)
-    order[popularity.ranking] = np.arange(len(popularity.ranking), 0, -1)
-    banned = encode_histories(exclude, popularity.index, "exclusions")
-    chunks = [
-        topk_from_scores(torch.from_numpy(order).expand(len(part), -1), k, exclude=part)
-        for part in (banned[s : s + 1024] for s in range(0, n, 1024))
-    ]
-    return np.concatenate(chunks) if chunks else np.empty((0, k), dtype=np.int64)
+    banned = None if exclude is None else encode_histories(exclude, popularity.index, "exclusions")
+    return popularity.recommend(n, k, exclude=banned)
 
 
 def evaluate(settings: Settings) -> StageResult:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -69,12 +70,23 @@ def user_history(settings: Settings, user_id: str) -> list[str]:
 
 
 def predict(champion: Champion, histories: Sequence[Sequence[str]], k: int) -> pd.DataFrame:
-    """The champion's ``item_ids``/``titles``/``scores`` per history; unknown items → InputError."""
+    """The champion's ``item_ids``/``titles``/``scores`` per history (and, for models registered
+    since serving drops unknown items, ``unknown_items`` and ``fallback``); a request the
+    model refuses → InputError with its message."""
     frame = pd.DataFrame({"history": [list(h) for h in histories]})
     try:
         return champion.model.predict(frame, params={"k": k})
     except ValueError as exc:  # the model's message names the bad items
         raise InputError(f"{champion.uri}: {exc}") from None
+
+
+class Recommended(NamedTuple):
+    table: pd.DataFrame
+    """rank, item_id, title, score"""
+    unknown_items: list[str]
+    """History items the champion does not know (dropped from the history it read)."""
+    fallback: bool
+    """True when no history item was known: the most popular items."""
 
 
 def recommend(
@@ -84,15 +96,14 @@ def recommend(
     history: Sequence[str] | None = None,
     k: int = 10,
     champion: Champion | None = None,
-) -> pd.DataFrame:
-    """Top-``k`` for one user (their known history) or an explicit ``history``:
-    rank, item_id, title, score."""
+) -> Recommended:
+    """Top-``k`` for one user (their known history) or an explicit ``history``."""
     if (user is None) == (history is None):
         raise InputError("pass either a user id or a history of item ids, not both or neither")
     items = user_history(settings, user) if user is not None else list(history or [])
     champion = champion or load_champion(settings)
     row = predict(champion, [items], k).iloc[0]
-    return pd.DataFrame(
+    table = pd.DataFrame(
         {
             "rank": range(1, len(row["item_ids"]) + 1),
             "item_id": list(row["item_ids"]),
@@ -100,6 +111,8 @@ def recommend(
             "score": list(row["scores"]),
         }
     )
+    unknown = [str(i) for i in row.get("unknown_items", [])]
+    return Recommended(table, unknown, bool(row.get("fallback", False)))
 
 
 def recommend_all(
@@ -111,9 +124,13 @@ def recommend_all(
     histories = user_histories(settings)
     champion = champion or load_champion(settings)
     frames = []
+    dropped = fallback = 0
     for start in ProgressBar(range(0, len(histories), batch_size), desc="recommend", unit="batch"):
         chunk = histories.iloc[start : start + batch_size]
         out = predict(champion, list(chunk["history"]), k)
+        if "fallback" in out.columns:  # models registered since serving drops unknown items
+            dropped += int(out["unknown_items"].map(len).sum())
+            fallback += int(out["fallback"].sum())
         frames.append(
             pd.DataFrame(
                 {
@@ -123,6 +140,14 @@ def recommend_all(
                     "score": out["scores"].to_numpy(),
                 }
             ).explode(["item_id", "title", "score"], ignore_index=True)
+        )
+    if dropped or fallback:
+        log.warning(
+            "%d history item(s) unknown to %s were dropped; %d user(s) with no known item got "
+            "the most popular items",
+            dropped,
+            champion.uri,
+            fallback,
         )
     table = pd.concat(frames, ignore_index=True) if frames else _empty()
     table["rank"] = table.groupby("user_id", sort=False).cumcount() + 1

@@ -122,6 +122,15 @@ def gate_rows(settings: Settings) -> tuple[pd.DataFrame, list[list[str]] | None]
     return gate, seen_items(train, gate) if settings.evaluate.exclude_seen else None
 
 
+def _popularity(settings: Settings, items: pd.DataFrame) -> np.ndarray:
+    """Training interactions per catalog item: the served model's fallback ranking for
+    histories it knows nothing of."""
+    from models.baselines.popularity import Popularity
+
+    model = Popularity(item_ids=items["item_id"].astype(str).tolist())
+    return model.fit(read_table(settings.paths.split("train"), SPLIT, "train split")).counts
+
+
 def rescore(
     settings: Settings, champion: ChampionFiles, gate: pd.DataFrame, seen: list[list[str]] | None
 ) -> tuple[np.ndarray, int, int]:
@@ -278,7 +287,7 @@ def _log_and_gate(
             name="recommender",
             model_dir=candidate.model_dir,
             sid_map=settings.paths.sid_map,
-            catalog=items,
+            catalog=items.assign(popularity=_popularity(settings, items)),
             generation=generation,
             example_history=items["item_id"].astype(str).head(3).tolist(),
         )

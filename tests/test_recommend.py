@@ -63,14 +63,36 @@ def test_recommend_for_a_user_and_for_a_history(settings: Settings, tiny_project
     item_ids, titles, users = tiny_project.item_ids, tiny_project.titles, tiny_project.users
     champion = load_champion(settings)
     assert champion.uri == f"models:/{MODEL}@champion" and champion.version == "1"
-    recs = recommend(settings, user="u1", k=4, champion=champion)
+    served = recommend(settings, user="u1", k=4, champion=champion)
+    assert served.unknown_items == [] and not served.fallback
+    recs = served.table
     assert list(recs.columns) == ["rank", "item_id", "title", "score"]
     assert recs["rank"].tolist() == [1, 2, 3, 4] and recs["item_id"].is_unique
     assert set(recs["item_id"]) <= set(item_ids)
     assert recs["title"].tolist() == [titles[i] for i in recs["item_id"]]
     assert not set(recs["item_id"]) & set(users["u1"])  # nothing the user already has
-    same = recommend(settings, history=users["u1"], k=4, champion=champion)
+    same = recommend(settings, history=users["u1"], k=4, champion=champion).table
     assert same["item_id"].tolist() == recs["item_id"].tolist()
+
+
+def test_unknown_history_items_are_dropped_and_an_unknown_history_gets_popularity(
+    settings: Settings, tiny_project
+) -> None:
+    from models.baselines.popularity import Popularity
+    from tasks.shared.inputs import read_split
+
+    champion = load_champion(settings)
+    known = recommend(settings, history=["i1", "i2"], k=4, champion=champion)
+    mixed = recommend(settings, history=["zz", "i1", "yy", "i2"], k=4, champion=champion)
+    assert mixed.unknown_items == ["zz", "yy"] and not mixed.fallback
+    assert mixed.table.equals(known.table)  # the model read the known items only
+    unknown = recommend(settings, history=["zz"], k=4, champion=champion)
+    assert unknown.unknown_items == ["zz"] and unknown.fallback
+    popular = Popularity(item_ids=tiny_project.item_ids).fit(read_split(settings, "train"))
+    expected = [tiny_project.item_ids[i] for i in popular.ranking[:4]]
+    assert unknown.table["item_id"].tolist() == expected
+    empty = recommend(settings, history=[], k=4, champion=champion)
+    assert empty.fallback and empty.table["item_id"].tolist() == expected
 
 
 def test_recommend_errors(settings: Settings, root: Path, tiny_project) -> None:
@@ -78,8 +100,6 @@ def test_recommend_errors(settings: Settings, root: Path, tiny_project) -> None:
     champion = load_champion(settings)
     with pytest.raises(InputError, match=rf"unknown user 'ghost' \({len(users)} users"):
         recommend(settings, user="ghost", champion=champion)
-    with pytest.raises(InputError, match=r"not in the model's catalog.*'zz'"):
-        recommend(settings, history=["i1", "zz"], champion=champion)
     with pytest.raises(InputError, match="either a user id or a history"):
         recommend(settings, champion=champion)
     other = tiny_project.settings(root, register={"model_name": "never-registered"})
@@ -109,8 +129,10 @@ def test_cli_recommend(root: Path, tiny_project) -> None:
     assert len(titles) == 3 and f"{MODEL}@champion" in result.output
     result = runner.invoke(app, ["recommend", "--history", "i1,i2", *sets])
     assert result.exit_code == 0 and sum(t in result.output for t in all_titles.values()) == 10
-    bad = runner.invoke(app, ["recommend", "--history", "i1,nope", *sets])
-    assert bad.exit_code == 1 and "'nope'" in bad.output and "Traceback" not in bad.output
+    mixed = runner.invoke(app, ["recommend", "--history", "i1,nope", *sets])
+    assert mixed.exit_code == 0 and "does not know: 'nope'" in mixed.output
+    unknown = runner.invoke(app, ["recommend", "--history", "nope", *sets])
+    assert unknown.exit_code == 0 and "the most popular items" in unknown.output
     both = runner.invoke(app, ["recommend", "--user", "u1", "--history", "i1", *sets])
     assert both.exit_code == 1 and "exactly one of --user" in both.output
 

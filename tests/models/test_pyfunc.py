@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import mlflow
@@ -62,13 +63,34 @@ def test_history_is_cut_to_max_history(recommender: Recommender) -> None:
     assert long == short
 
 
-def test_unknown_history_items_are_named(recommender: Recommender) -> None:
-    with pytest.raises(
-        ValueError, match=r"2 history item id\(s\).*'nope' \(row 1\).*'x' \(row 1\)"
-    ):
-        recommender.recommend([["i0"], ["nope", "i1", "x"]])
+def test_unknown_history_items_are_dropped_and_named(recommender: Recommender) -> None:
+    recs = recommender.recommend([["i0"], ["nope", "i1", "x"], ["i1"]])
+    assert recs.unknown_items == [[], ["nope", "x"], []]
+    assert recs.fallback == [False, False, False]
+    assert recs.item_ids[1] == recs.item_ids[2]  # the model read "i1" alone
     with pytest.raises(ValueError, match="k must be between 1 and the catalog size 12"):
         recommender.recommend([["i0"]], k=13)
+
+
+def test_a_history_with_no_known_item_gets_the_most_popular_items(
+    model_dir: Path, tiny_project
+) -> None:
+    model, tokenizer = load_model_dir(model_dir)
+    counts = list(range(len(tiny_project.item_ids)))  # the last catalog item is the most popular
+    recommender = Recommender(
+        model=model,
+        tokenizer=tokenizer,
+        sid_map=tiny_project.sid_map,
+        catalog=tiny_project.catalog().assign(popularity=counts),
+        generation=GENERATION,
+    )
+    recs = recommender.recommend([["nope"], [], ["i0"]], k=3)
+    assert recs.fallback == [True, True, False] and recs.unknown_items == [["nope"], [], []]
+    most_popular = tiny_project.item_ids[::-1][:3]
+    assert recs.item_ids[0] == recs.item_ids[1] == most_popular
+    total = sum(counts) + len(counts)  # add-one shares
+    expected = [round(math.log((counts[-1 - r] + 1) / total), 6) for r in range(3)]
+    assert recs.scores[0] == pytest.approx(expected)
 
 
 def test_catalog_items_need_sids(model_dir: Path, tiny_project) -> None:
@@ -139,9 +161,10 @@ def test_logged_model_loads_and_predicts(
     assert "transformers==" in (local / "requirements.txt").read_text()
     frame = pd.DataFrame({"history": [["i0", "i1"], "i5, i4", []]})
     out = loaded.predict(frame)
-    assert list(out.columns) == ["item_ids", "titles", "scores"] and len(out) == 3
+    assert list(out.columns) == ["item_ids", "titles", "scores", "unknown_items", "fallback"]
+    assert len(out) == 3 and out["fallback"].tolist() == [False, False, True]
     for ids, titles in zip(out["item_ids"], out["titles"], strict=True):
         _assert_valid(tiny_project, list(ids), list(titles), GENERATION.top_k)
     assert len(loaded.predict(frame, params={"k": 2})["item_ids"].iloc[0]) == 2
-    with pytest.raises(ValueError, match="'nope'"):
-        loaded.predict(pd.DataFrame({"history": [["nope"]]}))
+    served = loaded.predict(pd.DataFrame({"history": [["nope", "i0"]]}))
+    assert list(served["unknown_items"].iloc[0]) == ["nope"] and not served["fallback"].iloc[0]
