@@ -12,6 +12,7 @@ from flows.data import prepare_data
 from flows.dispatch import run_training
 from flows.sids import build_sids
 from sidrec.config import Settings, load_settings, save_run_config
+from sidrec.dvc_state import record_in_dvc
 from sidrec.stage import STAGES, Stage, StageResult, reaches
 from sidrec.tracking import pipeline_run
 from tasks.register import register_task
@@ -27,7 +28,8 @@ def retrain(
 ) -> dict[str, StageResult]:
     """Load ``params.yaml`` (+ overrides), save the resolved config, run the stages: data →
     SIDs → training (inline, or on the gpu pool when ``orchestration.gpu_deployment`` is set)
-    → registration behind the promotion gate.
+    → registration behind the promotion gate. A run without overrides is then recorded in
+    ``dvc.lock`` (``sidrec/dvc_state.py``); one with overrides leaves it untouched.
 
     Args:
         config_path: the configuration file, relative to the worker's project folder.
@@ -48,7 +50,10 @@ def retrain(
     with pipeline_run(
         dataset=settings.project.dataset, params=settings.to_yaml_dict(), run_name="retrain"
     ):
-        return _run_stages(settings, config_path, overrides, until)
+        results = _run_stages(settings, config_path, overrides, until)
+    # `dvc status` / `dvc repro` then see what this run made (sidrec/dvc_state.py)
+    get_run_logger().info(record_in_dvc(results, config_path=config_path, overrides=overrides))
+    return results
 
 
 def _run_stages(
