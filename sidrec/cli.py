@@ -11,6 +11,7 @@ import importlib
 import inspect
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from sidrec.config import SOURCES, Settings, load_settings, save_run_config
 from sidrec.errors import SidrecError
 from sidrec.progress import configure_library_bars
 from sidrec.stage import STAGES, Stage, StageResult
+from sidrec.tracking import Terminated, raise_on_sigterm
 
 app = typer.Typer(
     help="Generative recommendation with semantic IDs: ingest → validate → split → ...",
@@ -118,6 +120,8 @@ def _errors(debug: bool) -> Iterator[None]:
         logging.getLogger(package).setLevel(logging.DEBUG if debug else logging.INFO)
     if not debug:  # TRL calls transformers APIs that warn about their v6 renames on every step
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+    if threading.current_thread() is threading.main_thread():
+        raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: nothing half-written, runs KILLED
     try:
         yield
     except SidrecError as exc:
@@ -125,6 +129,9 @@ def _errors(debug: bool) -> Iterator[None]:
             raise
         console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
         raise typer.Exit(1) from None
+    except Terminated:
+        console.print("[bold red]terminated[/] (SIGTERM): nothing of the running stage was kept")
+        raise typer.Exit(143) from None
     except (KeyboardInterrupt, typer.Exit):
         raise
     except Exception as exc:

@@ -12,6 +12,14 @@ publishes the parent's id in the environment variable :data:`PARENT_RUN_ENV`, an
 part of a pipeline (a child flow on the ``gpu`` pool) gets the id as a flow parameter and calls
 :func:`use_parent_run`.
 
+Runs that lose their process. Every run records the host, pid and process start time that
+created it (tags ``sidrec.host``, ``sidrec.pid``, ``sidrec.pid_started``). An interrupted run
+(SIGINT, or SIGTERM through :class:`Terminated`, which the CLI installs) ends ``KILLED``. A
+process killed with SIGKILL cannot end its runs, so :func:`pipeline_run` first sweeps the
+experiment (:func:`end_orphaned_runs`): a ``RUNNING`` run created on this host by a process
+that no longer exists (no such pid, or a pid reused by a process started at another time) is
+ended ``KILLED``. A run of another host, or of a live process, is never touched.
+
 Trainers. transformers' ``MLflowCallback`` (``report_to=["mlflow"]``, used by TRL) logs into
 the run that is active in its thread when training starts and then leaves it open; so a stage
 that trains wraps ``trainer.train()`` in ``with stage_run(...)`` and the trainer's parameters,
@@ -22,6 +30,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +69,93 @@ def flatten(prefix: str, value: Any) -> dict[str, Any]:
 def metric_key(name: str) -> str:
     """MLflow metric and tag names allow no ``@``: ``test.ndcg@10`` → ``test.ndcg_at_10``."""
     return name.replace("@", "_at_")
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM (:func:`raise_on_sigterm`), so a terminated run
+    unwinds like an interrupted one: outputs stay unwritten, MLflow runs end ``KILLED``."""
+
+
+def raise_on_sigterm() -> None:
+    """Turn SIGTERM into :class:`Terminated` in this (main) thread."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(f"terminated by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def process_tags() -> dict[str, str]:
+    """Which process on which host created a run (see the module doc)."""
+    import psutil
+
+    return {
+        "sidrec.host": socket.gethostname(),
+        "sidrec.pid": str(os.getpid()),
+        "sidrec.pid_started": repr(psutil.Process().create_time()),
+    }
+
+
+def _process_alive(pid: str, started: str) -> bool:
+    import psutil
+
+    try:
+        return abs(psutil.Process(int(pid)).create_time() - float(started)) < 1e-3
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def end_orphaned_runs(dataset: str) -> list[str]:
+    """End ``KILLED`` every ``RUNNING`` run of the dataset's experiment that this host's
+    processes created and whose process is gone; returns their ids."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    _connect(dataset)
+    experiment = mlflow.get_experiment_by_name(experiment_name(dataset))
+    if experiment is None:
+        return []
+    client = MlflowClient()
+    host = socket.gethostname().replace("'", "")
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"attributes.status = 'RUNNING' and tags.`sidrec.host` = '{host}'",
+    )
+    ended = []
+    for run in runs:
+        tags = run.data.tags
+        pid, started = tags.get("sidrec.pid", ""), tags.get("sidrec.pid_started", "")
+        if not pid or _process_alive(pid, started):
+            continue
+        client.set_tag(run.info.run_id, "sidrec.ended_by", f"orphan sweep of pid {os.getpid()}")
+        client.set_terminated(run.info.run_id, "KILLED")
+        ended.append(run.info.run_id)
+    if ended:
+        log.warning(
+            "ended %d MLflow run(s) KILLED whose process on this host is gone: %s",
+            len(ended),
+            ", ".join(ended),
+        )
+    return ended
+
+
+@contextmanager
+def _killed_on_interrupt(run_id: str) -> Iterator[None]:
+    """End the run ``KILLED`` (not ``FAILED``) when the block is interrupted: Ctrl-C, SIGTERM
+    (:class:`Terminated` outside a flow; inside one Prefect raises its own ``TerminationSignal``),
+    ``SystemExit`` — any ``BaseException`` that is not an error."""
+    import mlflow
+
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, Exception | GeneratorExit):
+            raise
+        while (active := mlflow.active_run()) is not None:  # runs a trainer left open first
+            mlflow.end_run("KILLED")
+            if active.info.run_id == run_id:
+                break
+        raise
 
 
 def parent_run_id() -> str | None:
@@ -115,13 +212,14 @@ def pipeline_run(
     """
     import mlflow
 
-    _connect(dataset)
+    end_orphaned_runs(dataset)
     with (
         mlflow.start_run(
             run_name=run_name,
             nested=mlflow.active_run() is not None,
-            tags={"sidrec.dataset": dataset, "sidrec.kind": "pipeline"},
+            tags={"sidrec.dataset": dataset, "sidrec.kind": "pipeline", **process_tags()},
         ) as run,
+        _killed_on_interrupt(run.info.run_id),
         use_parent_run(run.info.run_id),
     ):
         mlflow.log_params(_param_values(params))
@@ -148,12 +246,15 @@ def stage_run(
     parent = parent_run_id()
     if active is not None and parent is not None and active.info.run_id != parent:
         parent = None  # something else is active in this thread: nest under it instead
-    with mlflow.start_run(
-        run_name=stage,
-        nested=active is not None,
-        parent_run_id=parent,
-        tags={"sidrec.stage": stage, "sidrec.dataset": dataset},
-    ) as run:
+    with (
+        mlflow.start_run(
+            run_name=stage,
+            nested=active is not None,
+            parent_run_id=parent,
+            tags={"sidrec.stage": stage, "sidrec.dataset": dataset, **process_tags()},
+        ) as run,
+        _killed_on_interrupt(run.info.run_id),
+    ):
         if params:
             mlflow.log_params(_param_values(params))
         yield run

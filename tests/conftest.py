@@ -160,6 +160,92 @@ def write_csv_dataset() -> Callable[..., tuple[Path, Path]]:
     return _write_csv_dataset
 
 
+def sidrec_env(work: Path) -> dict[str, str]:
+    """The environment of a `python -m sidrec` subprocess in the project folder ``work``: the
+    ephemeral Prefect API with its home in the folder and the folder's own MLflow store, as on
+    a fresh machine."""
+    drop = ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PREFECT_HOME"] = str(work / ".prefect")
+    return env
+
+
+@pytest.fixture(scope="session")
+def sidrec_subprocess_env() -> Callable[[Path], dict[str, str]]:
+    """``sidrec_subprocess_env(work)``: see :func:`sidrec_env`."""
+    return sidrec_env
+
+
+def _run_sidrec(work: Path, args: list[str]) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidrec", *args],
+        cwd=work,
+        env=sidrec_env(work),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return " ".join((proc.stdout + proc.stderr).split())  # the console wraps long log lines
+
+
+@pytest.fixture(scope="session")
+def run_sidrec() -> Callable[[Path, list[str]], str]:
+    """``run_sidrec(work, args)``: `python -m sidrec <args>` in the project folder ``work``
+    (its copy of the code, :func:`sidrec_env`), which must succeed; its stdout + stderr with
+    whitespace runs (console line wraps) as single spaces."""
+    return _run_sidrec
+
+
+@pytest.fixture(scope="session")
+def csv_project(write_csv_dataset) -> Callable[[Path], tuple[Path, dict[str, Any]]]:
+    """``csv_project(folder)``: a project folder like a checkout — the repo's code, dvc.yaml and
+    params.yaml — set to a 24-item CSV dataset of 12 users and budgets that train every stage
+    in seconds; returns the folder and its params (write them back with ``yaml.safe_dump``)."""
+
+    def make(work: Path) -> tuple[Path, dict[str, Any]]:
+        work.mkdir(parents=True)
+        for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
+            shutil.copy(REPO / name, work / name)
+        for package in ("sidrec", "tasks", "models", "flows"):
+            shutil.copytree(
+                REPO / package, work / package, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        rows = [
+            f"u{u},i{(3 * u + k) % 24},{1_600_000_000 + 100 * u + k}"
+            for u in range(12)
+            for k in range(8)
+        ]
+        titles = [f"i{n},Item number {n} about topic {n % 4}" for n in range(24)]
+        write_csv_dataset(
+            work / "src",
+            "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n",
+            "item_id,title\n" + "\n".join(titles) + "\n",
+        )
+        params = yaml.safe_load((work / "params.yaml").read_text())
+        params["project"]["dataset"] = "tiny"
+        params["ingest"].update(
+            source="csv", interactions="src/interactions.csv", items="src/items.csv"
+        )
+        params["validate"]["min_user_interactions"] = 3
+        # 24 items; hybrid SIDs (the default) with fewer factors than the 12 users
+        params["sids"].update(method="rqkmeans", levels=2, codebook_size=8, collaborative_dim=8)
+        params["model"]["tiny"].update(vocab_size=400, hidden_size=32, intermediate_size=64)
+        params["sft"].update(epochs=1, batch_size=8)
+        params["grpo"].update(
+            num_generations=4, prompts_per_step=4, max_steps=2, eval_every=2, eval_users=8
+        )
+        params["sasrec"].update(max_epochs=2)
+        params["evaluate"].update(ks=[1, 5, 10], num_beams=10, bootstrap_resamples=200)
+        (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        return work, params
+
+    return make
+
+
 def _write_validated_catalog(settings: Settings, n_items: int) -> list[str]:
     import pandas as pd
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,53 +96,12 @@ def _run(cmd: list[str], cwd: Path, *, stderr: bool = True) -> str:
     return proc.stdout + (proc.stderr if stderr else "")
 
 
-def _tiny_project(tmp_path: Path, write_csv_dataset) -> tuple[Path, dict]:
-    """A git + DVC project folder with the repo's code, dvc.yaml and params.yaml, set to a
-    24-item CSV dataset and tiny training budgets; returns the folder and its params."""
-    work = tmp_path / "proj"
-    work.mkdir()
-    for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
-        shutil.copy(REPO / name, work / name)
-    for package in ("sidrec", "tasks", "models", "flows"):
-        shutil.copytree(
-            REPO / package, work / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    rows = [
-        f"u{u},i{(3 * u + k) % 24},{1_600_000_000 + 100 * u + k}"
-        for u in range(12)
-        for k in range(8)
-    ]
-    titles = [f"i{n},Item number {n} about topic {n % 4}" for n in range(24)]
-    write_csv_dataset(
-        work / "src",
-        "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n",
-        "item_id,title\n" + "\n".join(titles) + "\n",
-    )
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    params["project"]["dataset"] = "tiny"
-    params["ingest"].update(
-        source="csv", interactions="src/interactions.csv", items="src/items.csv"
-    )
-    params["validate"]["min_user_interactions"] = 3
-    # 24 items; hybrid SIDs (the default) with fewer factors than the 12 users
-    params["sids"].update(method="rqkmeans", levels=2, codebook_size=8, collaborative_dim=8)
-    params["model"]["tiny"].update(vocab_size=400, hidden_size=32, intermediate_size=64)
-    params["sft"].update(epochs=1, batch_size=8)
-    params["grpo"].update(
-        num_generations=4, prompts_per_step=4, max_steps=2, eval_every=2, eval_users=8
-    )
-    params["sasrec"].update(max_epochs=2)
-    params["evaluate"].update(ks=[1, 5, 10], num_beams=10, bootstrap_resamples=200)
-    _write_params(work, params)
+@pytest.mark.slow
+def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, csv_project, run_sidrec):
+    work, params = csv_project(tmp_path / "proj")
     _run(["git", "init", "-q"], work)
     _run([str(DVC), "init", "-q"], work)
     _run([str(DVC), "config", "core.analytics", "false"], work)
-    return work, params
-
-
-@pytest.mark.slow
-def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, write_csv_dataset):
-    work, params = _tiny_project(tmp_path, write_csv_dataset)
     first = _run([str(DVC), "repro"], work)
     assert _ran(first) == set(STAGES)
     assert (work / "data" / "sids" / "tiny" / "sid_map.json").exists()
@@ -188,34 +146,14 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, write_csv_dataset):
     # dvc.lock as it was; a run from params.yaml as it is records what it made, so DVC then
     # finds nothing to do
     lock = (work / "dvc.lock").read_bytes()
-    out = _sidrec(["pipeline", "--until", "split", "--set", "split.max_history=2"], work)
+    out = run_sidrec(work, ["pipeline", "--until", "split", "--set", "split.max_history=2"])
     assert "dvc.lock left untouched" in out and "(split.max_history=2)" in out
     assert (work / "dvc.lock").read_bytes() == lock
     assert "split" in json.loads(_run([str(DVC), "status", "--json"], work, stderr=False))
-    out = _sidrec(["pipeline"], work)
+    out = run_sidrec(work, ["pipeline"])
     assert f"dvc: recorded {', '.join(STAGES)} in dvc.lock" in out
     assert json.loads(_run([str(DVC), "status", "--json"], work, stderr=False)) == {}
     assert _ran(_run([str(DVC), "repro"], work)) == set()
-
-
-def _sidrec(args: list[str], work: Path) -> str:
-    """`python -m sidrec ...` in ``work`` (its copy of the code), on the ephemeral Prefect API
-    and the folder's own MLflow store, as on a fresh machine; stdout + stderr, whitespace
-    runs (line wraps) as single spaces."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")
-    }
-    env["PREFECT_HOME"] = str(work / ".prefect")
-    proc = subprocess.run(
-        [sys.executable, "-m", "sidrec", *args],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return " ".join((proc.stdout + proc.stderr).split())  # the console wraps long log lines
 
 
 def _write_params(work: Path, params: dict) -> None:

@@ -4,6 +4,11 @@ process given the parent's id, and for transformers' MLflow callback (the SFT/GR
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,9 +18,14 @@ import pytest
 from sidrec.config import load_settings
 from sidrec.tracking import (
     PARENT_RUN_ENV,
+    Terminated,
+    end_orphaned_runs,
+    experiment_name,
     log_stage,
     parent_run_id,
     pipeline_run,
+    process_tags,
+    raise_on_sigterm,
     stage_run,
     tracking_uri,
     use_parent_run,
@@ -61,6 +71,62 @@ def test_failed_pipeline_marks_its_run_failed() -> None:
     with pytest.raises(RuntimeError), pipeline_run(dataset="track", params={}) as parent:
         raise RuntimeError("stage failed")
     assert _run(parent).info.status == "FAILED" and parent_run_id() is None
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, Terminated, SystemExit])
+def test_an_interrupted_pipeline_ends_its_runs_killed(interrupt: type[BaseException]) -> None:
+    with (
+        pytest.raises(interrupt),
+        pipeline_run(dataset="track", params={}) as parent,
+        stage_run(dataset="track", stage="sft") as stage,
+    ):
+        raise interrupt()
+    assert _run(parent).info.status == "KILLED"
+    assert _run(stage.info.run_id).info.status == "KILLED"
+    assert mlflow.active_run() is None
+    tags = _run(stage.info.run_id).data.tags
+    assert tags["sidrec.pid"] == str(os.getpid()) and tags["sidrec.host"] == socket.gethostname()
+
+
+def test_sigterm_raises_terminated_in_the_main_thread() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        raise_on_sigterm()
+        with pytest.raises(Terminated, match="signal 15"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs before this returns
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_the_sweep_ends_runs_whose_process_is_gone_and_no_other() -> None:
+    mlflow.set_tracking_uri(tracking_uri())
+    experiment = mlflow.set_experiment(experiment_name("orphans")).experiment_id
+    client = mlflow.MlflowClient(tracking_uri())
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    alive = process_tags()
+    cases = {
+        "dead pid": alive | {"sidrec.pid": gone.stdout.strip()},
+        "pid reused": alive | {"sidrec.pid_started": "1.0"},  # this pid, another process
+        "this process": alive,
+        "other host": alive | {"sidrec.host": "elsewhere", "sidrec.pid": gone.stdout.strip()},
+        "no process tags": {},
+    }
+    ids = {
+        name: client.create_run(experiment, tags=tags).info.run_id for name, tags in cases.items()
+    }
+    assert set(end_orphaned_runs("orphans")) == {ids["dead pid"], ids["pid reused"]}
+    status = {name: _run(run_id).info.status for name, run_id in ids.items()}
+    assert status == {
+        "dead pid": "KILLED",
+        "pid reused": "KILLED",
+        "this process": "RUNNING",
+        "other host": "RUNNING",
+        "no process tags": "RUNNING",
+    }
+    assert end_orphaned_runs("orphans") == []
 
 
 def test_stage_outside_a_pipeline_is_a_top_level_run() -> None:
