@@ -28,12 +28,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -77,11 +78,17 @@ def _timed(url: str, histories: list[list[str]]) -> tuple[float, bool]:
     return (time.perf_counter() - started) * 1000, status == 200
 
 
-def _wait_ready(base: str, server: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_ready(
+    base: str, server: subprocess.Popen[bytes], timeout: float, log_file: IO[bytes]
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"mlflow models serve exited with {server.returncode}")
+            log_file.seek(0)
+            tail = log_file.read().decode(errors="replace")
+            raise RuntimeError(
+                f"mlflow models serve exited with {server.returncode}: {tail[-2000:]}"
+            )
         try:
             with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
                 if response.status == 200:
@@ -140,29 +147,34 @@ def main() -> None:
     env = {
         **os.environ,
         "MLFLOW_TRACKING_URI": os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
+        # mlflow starts `uvicorn` by name: the venv's scripts must be on PATH
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri]
     command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
-    server = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        started = time.perf_counter()
-        _wait_ready(base, server, args.startup_timeout)
-        ready_s = time.perf_counter() - started
-        url = f"{base}/invocations"
-        for history in histories[:5]:  # warm-up: first-call allocations
-            _post(url, [history])
-        single = [_timed(url, [histories[i % len(histories)]]) for i in range(args.requests)]
-        batches = [
-            _timed(url, [histories[(i * BATCH + j) % len(histories)] for j in range(BATCH)])
-            for i in range(max(1, args.requests // 4))
-        ]
-        load = _load(url, histories, args.clients, args.seconds)
-        status, answer = _post(url, [["no-such-item", *histories[0]], ["no-such-item"]])
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+    # the server's log goes to a file: its access lines would fill a pipe and stall it
+    with tempfile.TemporaryFile() as log_file:
+        server = subprocess.Popen(
+            command, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            started = time.perf_counter()
+            _wait_ready(base, server, args.startup_timeout, log_file)
+            ready_s = time.perf_counter() - started
+            url = f"{base}/invocations"
+            for history in histories[:5]:  # warm-up: first-call allocations
+                _post(url, [history])
+            single = [_timed(url, [histories[i % len(histories)]]) for i in range(args.requests)]
+            batches = [
+                _timed(url, [histories[(i * BATCH + j) % len(histories)] for j in range(BATCH)])
+                for i in range(max(1, args.requests // 4))
+            ]
+            load = _load(url, histories, args.clients, args.seconds)
+            status, answer = _post(url, [["no-such-item", *histories[0]], ["no-such-item"]])
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=60)
 
     unknown_ok = (
         status == 200
