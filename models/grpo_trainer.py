@@ -11,6 +11,10 @@ logits processor, so every completion is a catalog item's SID followed by EOS:
 - ``dynamic``: ``oversample`` × G constrained samples, G distinct items kept (most likely
   first).
 
+A dataset column ``exclude_index`` (per prompt, catalog rows the user already had) keeps
+those items out of the prompt's group, as evaluation never ranks them (all three modes; not
+the vLLM path, whose regex constraint knows no per-prompt exclusions).
+
 With ``ensure_target`` (beam and dynamic rollouts; MiniOneRec's ``add_gt``) a group that misses
 its target gets it in the last place, so every group carries the target's signal; the group
 stays G distinct catalog items. Every rollout logs, before any insertion, how often the target

@@ -70,12 +70,17 @@ def record_in_dvc(
     if not ran:
         return "dvc: no DVC stage ran, nothing recorded"
     command = [sys.executable, "-m", "dvc", "commit", "--force", "--quiet", *ran]
-    proc = subprocess.run(
-        command, cwd=root, capture_output=True, text=True, timeout=COMMIT_TIMEOUT_S
-    )
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        log.warning("dvc commit failed: %s", proc.stderr or proc.stdout)
+    try:
+        proc = subprocess.run(
+            command, cwd=root, capture_output=True, text=True, timeout=COMMIT_TIMEOUT_S
+        )
+        failed = proc.returncode != 0
+        output = proc.stderr or proc.stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        failed, output = True, f"{type(exc).__name__}: {exc}"
+    if failed:
+        detail = output.strip().splitlines()[-1:] or ["no output"]
+        log.warning("dvc commit failed: %s", output)
         return (
             f"dvc: recording failed ({detail[0]}); the outputs are complete, "
             f"record them with `dvc commit --force {' '.join(ran)}`"

@@ -81,3 +81,14 @@ def test_a_failing_commit_does_not_fail_the_run_and_says_how_to_record(dvc_proje
     )
     assert "recording failed (ERROR: unexpected error)" in message
     assert "`dvc commit --force split`" in message
+
+
+def test_a_commit_that_times_out_is_reported_not_raised(dvc_project, monkeypatch):
+    def slow(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(dvc_state.subprocess, "run", slow)
+    message = record_in_dvc(
+        ["split"], config_path=dvc_project / "params.yaml", overrides=[], root=dvc_project
+    )
+    assert "recording failed (TimeoutExpired" in message
