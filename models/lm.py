@@ -148,6 +148,35 @@ def build_tiny(
     return Qwen2ForCausalLM(config)
 
 
+RESIDUAL_BRANCH_OUTPUTS = ("embed_tokens", "o_proj", "down_proj")
+"""Module names whose outputs join the residual stream in Llama-family decoders (Qwen2,
+SmolLM2): the token embeddings, each attention block's output projection and each MLP's."""
+
+
+def add_residual_dropout(model: Any, p: float) -> int:
+    """Drop a fraction ``p`` of what every residual branch adds, while the model trains.
+
+    Forward hooks on the modules named in ``RESIDUAL_BRANCH_OUTPUTS`` (GPT-2's embedding and
+    residual dropout, which Llama-family configs lack); the hooks are not saved with the
+    model and do nothing in eval mode. Returns how many modules were hooked.
+    """
+    if p <= 0:
+        return 0
+    from torch.nn import functional
+
+    def drop(module: Any, _inputs: Any, output: Any) -> Any:
+        return functional.dropout(output, p=p, training=module.training)
+
+    hooked = [
+        module
+        for name, module in model.named_modules()
+        if name.rsplit(".", 1)[-1] in RESIDUAL_BRANCH_OUTPUTS and not list(module.children())
+    ]
+    for module in hooked:
+        module.register_forward_hook(drop)
+    return len(hooked)
+
+
 def check_model_dir(path: Path, missing_hint: str = "run `sidrec sft` first") -> None:
     """A clear error when a saved model folder is missing or incomplete."""
     if not path.is_dir():

@@ -313,6 +313,10 @@ class SftConfig(_Section):
     """AdamW's decoupled weight decay. On MovieLens a weakly regularized model leans on what it
     memorized of each user and ignores the newest history item (``python -m bench.recency``);
     0.3 made it read that item and gained test NDCG@10 over 0.1 (docs/benchmarks.md)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Training-time dropout on the token embeddings and on each attention and MLP block's
+    output before it joins the residual stream (GPT-2's residual dropout; Qwen2 has none of
+    its own). Hooks, not saved with the model: inference never drops."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     eval_every: int = Field(2, ge=1)
     """Epochs between validations (NDCG@10 on the validation selection users, ranked as

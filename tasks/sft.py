@@ -24,6 +24,7 @@ from prefect import task
 
 from models.baselines import train_sequences
 from models.lm import (
+    add_residual_dropout,
     add_sid_tokens,
     build_tiny,
     load_model_dir,
@@ -187,6 +188,8 @@ def sft(settings: Settings) -> StageResult:
     else:
         model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
     set_prompt_format(model, prompt_format_of(settings))  # saved with the model
+    if hooked := add_residual_dropout(model, cfg.dropout):
+        log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
     titles = dict(zip(items["item_id"], items["title"].astype(str), strict=True))
     builder = PromptBuilder(
         tokenizer=tokenizer,
@@ -269,6 +272,7 @@ def sft(settings: Settings) -> StageResult:
         "objective": cfg.objective,
         "window": cfg.window if cfg.objective == "sequence" else None,
         "tasks": list(cfg.tasks),
+        "dropout": cfg.dropout,
         "train_examples": len(examples),
         "eval_examples": len(evals),
         "truncated_prompts": builder.truncated,

@@ -1,0 +1,52 @@
+"""Language-model helpers: training-time residual dropout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from models.lm import add_residual_dropout
+
+
+@pytest.fixture
+def decoder() -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+TOKENS = torch.tensor([[1, 2, 3, 4, 5]])
+
+
+def test_residual_dropout_hooks_embeddings_and_every_block_output(decoder):
+    # the embeddings, then each layer's attention output projection and MLP down projection
+    assert add_residual_dropout(decoder, 0.3) == 1 + 2 * 3
+
+
+def test_residual_dropout_changes_training_passes_only(decoder):
+    decoder.eval()
+    before = decoder(TOKENS).logits
+    add_residual_dropout(decoder, 0.5)
+    assert torch.equal(decoder(TOKENS).logits, before)  # inference never drops
+    decoder.train()
+    first, second = decoder(TOKENS).logits, decoder(TOKENS).logits
+    assert not torch.allclose(first, before)
+    assert not torch.allclose(first, second)  # a fresh mask per pass
+
+
+def test_zero_residual_dropout_adds_no_hooks(decoder):
+    decoder.train()
+    torch.manual_seed(1)
+    before = decoder(TOKENS).logits
+    assert add_residual_dropout(decoder, 0.0) == 0
+    assert all(not m._forward_hooks for m in decoder.modules())
+    torch.manual_seed(1)
+    assert torch.equal(decoder(TOKENS).logits, before)
