@@ -284,6 +284,55 @@ def pipeline(
         _summary(results)
 
 
+@app.command("automations")
+def automations_command(
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            "--notify",
+            help="Notification block as <block-type>/<name> (`prefect block ls`), e.g. "
+            "slack-webhook/sidrec-alerts. Without it the automations fire but notify nobody.",
+        ),
+    ] = None,
+    rejections: Annotated[
+        int, typer.Option("--rejections", min=1, help="Alert when the gate rejects N in a row.")
+    ] = 3,
+    deployment: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deployment", help="Deployment whose failed runs alert (repeatable; retrain-weekly)."
+        ),
+    ] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Create or update the Prefect automations: a failed retrain, N gate rejections in a row."""
+    with _errors(debug):
+        from flows.automations import (
+            DEFAULT_DEPLOYMENTS,
+            apply,
+            notification_block,
+            require_server,
+            sidrec_automations,
+        )
+
+        url = require_server()
+        block = notification_block(notify) if notify else None
+        done = apply(
+            sidrec_automations(
+                notify=block,
+                deployments=deployment or list(DEFAULT_DEPLOYMENTS),
+                rejections=rejections,
+            )
+        )
+        table = Table(title=f"Prefect automations at {url}")
+        for column in ("automation", "fires when", "action", ""):
+            table.add_column(column)
+        action = f"notify {notify}" if block else "none (no --notify block)"
+        for automation, how in done:
+            table.add_row(automation.name, automation.description, action, how)
+        out.print(table)
+
+
 class _DropUserErrors(logging.Filter):
     """Prefect logs a failing task's exception with its traceback; for errors we report
     ourselves (bad input/config) the console shows only our message. The API keeps the full log."""

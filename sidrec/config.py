@@ -120,6 +120,13 @@ class ValidateConfig(_Section):
     max_items: int = Field(50_000_000, ge=1)
     sample_size: int = Field(5, ge=1, le=100)
     """How many offending values/rows a failure report shows."""
+    drift_psi: float = Field(0.2, gt=0)
+    """The drift report (``metrics/drift.json``) flags a distribution — interactions per user,
+    per catalog item — whose population stability index against the last accepted load
+    exceeds this (above 0.1 is usually read as a moderate shift, above 0.25 as a major one)."""
+    fail_on_drift: bool = False
+    """true: a flagged distribution stops the run like a failed expectation (nothing validated
+    is written, the last accepted load stays the baseline); false: the report only informs."""
 
 
 class SplitConfig(_Section):

@@ -38,6 +38,24 @@ class DatasetPaths:
         return self.processed_dir / f"{name}.parquet"
 
     @property
+    def drift_dir(self) -> Path:
+        """What the last accepted loads looked like: validate compares each new load with it
+        (``metrics/drift.json``) and keeps it beside the data, since the raw tables it came
+        from are gone once the next load is ingested."""
+        return self.data_dir / "drift" / self.dataset
+
+    @property
+    def load_profiles(self) -> Path:
+        """Interactions per user and per catalog item of the last accepted load and of the
+        one before it (``sidrec.schemas.LOAD_PROFILE``)."""
+        return self.drift_dir / "profiles.parquet"
+
+    @property
+    def load_summaries(self) -> Path:
+        """The same two loads' sizes, time ranges and content hashes."""
+        return self.drift_dir / "profiles.json"
+
+    @property
     def item_emb(self) -> Path:
         return self.processed_dir / "item_emb.npy"
 

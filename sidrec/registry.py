@@ -254,6 +254,22 @@ def champion_version(client: Any, name: str) -> str | None:
         return None
 
 
+def rejections_in_a_row(client: Any, name: str) -> int:
+    """How many of ``name``'s newest versions the gate rejected since it last promoted one:
+    versions newest first, counting ``sidrec.decision=rejected`` up to the first ``promoted``
+    (versions without a gate decision, e.g. registered by hand, are passed over). 0 when the
+    newest decision was a promotion or the model does not exist."""
+    versions = client.search_model_versions(f"name = '{name}'")
+    count = 0
+    for version in sorted(versions, key=lambda v: int(v.version), reverse=True):
+        decision = (version.tags or {}).get(TAG_DECISION)
+        if decision == "promoted":
+            break
+        if decision == "rejected":
+            count += 1
+    return count
+
+
 def model_name(settings: Settings) -> str:
     """The registered model's name: ``register.model_name`` or ``sidrec-<dataset>``."""
     return settings.register_.model_name or f"sidrec-{settings.project.dataset}"

@@ -25,3 +25,13 @@ SPLIT = pa.schema(
     ]
 )
 """``train/valid/test.parquet``: one row per (user, history, target)."""
+
+LOAD_PROFILE = pa.schema(
+    [
+        pa.field("load", pa.string()),  # "current" (the last accepted load) or "previous"
+        pa.field("kind", pa.string()),  # "user" or "item"
+        pa.field("id", pa.string()),
+        pa.field("interactions", pa.int64()),  # 0 for catalog items nobody interacted with
+    ]
+)
+"""``data/drift/<ds>/profiles.parquet``: what the drift report compares a new load with."""

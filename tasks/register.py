@@ -26,7 +26,7 @@ from prefect import task
 from sidrec.config import Settings
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import atomic_write_json, read_json, read_table
-from sidrec.orchestration import StageCache, publish_markdown
+from sidrec.orchestration import StageCache, emit_gate_event, publish_markdown
 from sidrec.protocol import fingerprint, seen_items, validation_half
 from sidrec.registry import ChampionFiles, Comparison, model_name
 from sidrec.schemas import SPLIT
@@ -250,7 +250,7 @@ def _log_and_gate(
     import mlflow
 
     from models.pyfunc import GenerationSettings, log_recommender
-    from sidrec.registry import client, register_and_gate
+    from sidrec.registry import client, register_and_gate, rejections_in_a_row
     from sidrec.tracking import metric_key, stage_run
     from tasks.shared.inputs import load_catalog_and_map
 
@@ -321,6 +321,8 @@ def _log_and_gate(
         "dropped_history_items": comparison.dropped_history_items,
         "unknown_targets": comparison.unknown_targets,
         "fingerprints": fingerprints,
+        # from the registry's decision tags: what the gate-rejections automation watches
+        "rejections_in_a_row": rejections_in_a_row(client(), name),
     }
 
 
@@ -329,6 +331,8 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("skipped"):
         return f"skipped ({report['reason']})"
     verdict = "promoted to champion" if report["promoted"] else "not promoted"
+    if report.get("rejections_in_a_row", 0) > 1:
+        verdict += f" ({report['rejections_in_a_row']} in a row)"
     if report["champion_version"]:
         before = (
             f"champion v{report['champion_version']} {_number(report['champion_value'])}, "
@@ -373,6 +377,7 @@ def decision_markdown(report: dict[str, Any]) -> str:
         ),
         ("data", ", ".join(f"{k} `{v}`" for k, v in report["fingerprints"].items())),
         ("reason", report["reason"]),
+        ("gate rejections in a row", str(report.get("rejections_in_a_row", "-"))),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return (
@@ -395,4 +400,5 @@ def register_task(settings: Settings) -> StageResult:
         decision_markdown(result.metrics),
         description="Model registry: promotion gate decision",
     )
+    emit_gate_event(result.metrics)  # what the automations of flows/automations.py watch
     return result

@@ -1,5 +1,7 @@
 """Stage 2 — validate: Great Expectations suites over the raw tables, then the minimum-activity
-user filter. Writes ``data/validated/<ds>/`` only when everything passes; on failure writes the
+user filter, then the drift report of this load against the last accepted one
+(``metrics/drift.json``, ``models/drift.py``). Writes ``data/validated/<ds>/`` and keeps this
+load's profile (``data/drift/<ds>/``) only when everything passes; on failure writes the
 report (``metrics/validation.json``) and raises, so nothing downstream is written or replaced."""
 
 from __future__ import annotations
@@ -9,17 +11,28 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import task
 
+from models.drift import (
+    LoadProfile,
+    compare_loads,
+    drift_line,
+    drift_markdown,
+    profile_load,
+    read_profiles,
+    write_profiles,
+)
 from sidrec.config import Settings, ValidateConfig
 from sidrec.errors import InputError, ValidationFailed
-from sidrec.io import AtomicOutputs, atomic_write_json
+from sidrec.io import AtomicOutputs, read_json
 from sidrec.orchestration import StageCache, publish_markdown, publish_stats
+from sidrec.paths import DatasetPaths
+from sidrec.protocol import fingerprint
 from sidrec.schemas import INTERACTIONS, ITEMS
 from sidrec.stage import StageResult, dataset_line
 
@@ -196,6 +209,30 @@ def _provenance(raw: Path, ingest_metrics: Path, table: str) -> str:
     return f"{raw} (from {', '.join(sources)})"
 
 
+class LoadDrift(NamedTuple):
+    report: dict[str, Any]
+    """``metrics/drift.json``: this load against ``baseline`` (``models.drift.compare_loads``)."""
+    profile: LoadProfile
+    """This load's profile, kept when the load is accepted."""
+    baseline: LoadProfile | None
+    """The profile it was compared with (None: the first load), kept as the previous one."""
+
+
+def load_drift(settings: Settings, inter: pd.DataFrame, items: pd.DataFrame) -> LoadDrift:
+    """This load's drift report against the last accepted load.
+
+    When this is that same load again (validate re-run on unchanged raw tables, after a code or
+    parameter change), the baseline is the load before it, so the re-run reproduces the report
+    instead of comparing the load with itself."""
+    paths = settings.paths
+    load_id = fingerprint([paths.raw("interactions"), paths.raw("items")])
+    now = profile_load(inter, items, load_id=load_id)
+    kept, earlier = read_profiles(profiles=paths.load_profiles, summaries=paths.load_summaries)
+    baseline = earlier if kept is not None and kept.load_id == load_id else kept
+    report = compare_loads(baseline, now, psi_threshold=settings.validate_.drift_psi)
+    return LoadDrift({"dataset": settings.project.dataset, **report}, now, baseline)
+
+
 def validate(settings: Settings) -> StageResult:
     cfg = settings.validate_
     paths = settings.paths
@@ -203,6 +240,7 @@ def validate(settings: Settings) -> StageResult:
     files = {t: _provenance(paths.raw(t), paths.metrics("ingest"), t) for t in frames}
     checked, failures = run_expectations(frames, cfg)
     stats: dict[str, Any] = {}
+    drift: LoadDrift | None = None
     if not failures:
         inter, users_dropped = filter_users(frames["interactions"], cfg.min_user_interactions)
         stats = {
@@ -227,6 +265,10 @@ def validate(settings: Settings) -> StageResult:
                     "(validate.min_user_interactions), so nothing is left to train on",
                 }
             )
+        else:
+            drift = load_drift(settings, inter, frames["items"])
+            if cfg.fail_on_drift and drift.report["flagged"]:
+                failures.append(_drift_failure(drift.report, cfg.drift_psi))
     report = {
         "dataset": settings.project.dataset,
         "success": not failures,
@@ -235,22 +277,65 @@ def validate(settings: Settings) -> StageResult:
         "files": files,
         **stats,
     }
+    if drift is not None:
+        report["drift"] = {"status": drift.report["status"], "flagged": drift.report["flagged"]}
     metrics_path = paths.metrics("validation")
     if failures:
-        atomic_write_json(metrics_path, report)
+        with AtomicOutputs() as out:
+            out.json(report, metrics_path)
+            if drift is not None:  # the drift report that stopped the run
+                out.json(drift.report, paths.metrics("drift"))
         raise ValidationFailed(summarize(settings.project.dataset, files, failures), report)
-    outputs = [paths.validated("interactions"), paths.validated("items"), metrics_path]
-    with AtomicOutputs() as out:
-        out.parquet(inter, outputs[0], INTERACTIONS)
-        out.parquet(frames["items"], outputs[1], ITEMS)
-        out.json(report, outputs[2])
+    assert drift is not None
+    outputs = _write_accepted(paths, inter, frames["items"], report, drift)
     log.info(
-        "validation passed: %d checks; %d users dropped below %d interactions",
+        "validation passed: %d checks; %d users dropped below %d interactions; drift: %s",
         checked,
         users_dropped,
         cfg.min_user_interactions,
+        drift_line(drift.report),
     )
-    return StageResult.from_files("validate", outputs, report, dataset_line(report))
+    summary = f"{dataset_line(report)} · {drift_line(drift.report)}"
+    return StageResult.from_files("validate", outputs, report, summary)
+
+
+def _write_accepted(
+    paths: DatasetPaths,
+    inter: pd.DataFrame,
+    items: pd.DataFrame,
+    report: dict[str, Any],
+    drift: LoadDrift,
+) -> list[Path]:
+    """The validated tables, both reports and the kept load profiles, all or nothing."""
+    outputs = [paths.validated("interactions"), paths.validated("items")]
+    outputs += [paths.metrics("validation"), paths.metrics("drift")]
+    with AtomicOutputs() as out:
+        out.parquet(inter, outputs[0], INTERACTIONS)
+        out.parquet(items, outputs[1], ITEMS)
+        out.json(report, outputs[2])
+        out.json(drift.report, outputs[3])
+        write_profiles(
+            out,
+            profiles=paths.load_profiles,
+            summaries=paths.load_summaries,
+            current=drift.profile,
+            previous=drift.baseline,
+        )
+    return [*outputs, paths.load_profiles, paths.load_summaries]
+
+
+def _drift_failure(drift: dict[str, Any], threshold: float) -> dict[str, Any]:
+    """A failed check for ``validate.fail_on_drift``: the flagged distributions and their PSI."""
+    psis = {name: drift["distributions"][name]["psi"] for name in drift["flagged"]}
+    return {
+        "table": "interactions",
+        "expectation": "drift_against_last_load",
+        "column": None,
+        "observed": psis,
+        "hint": f"PSI above validate.drift_psi={threshold:g} against load "
+        f"{drift['baseline']['load_id']} (metrics/drift.json); if the change is expected, "
+        "run once with validate.fail_on_drift=false to accept this load as the new baseline",
+    }
 
 
 def report_markdown(report: dict[str, Any], summary: str | None = None) -> str:
@@ -271,6 +356,18 @@ def report_markdown(report: dict[str, Any], summary: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def publish_drift(settings: Settings) -> None:
+    """The drift report this run wrote (``metrics/drift.json``) as a markdown artifact."""
+    dataset = settings.project.dataset
+    drift = read_json(settings.paths.metrics("drift"), "drift report", "run `sidrec validate`")
+    publish_markdown(
+        "drift-report",
+        dataset,
+        drift_markdown(drift, dataset),
+        description=f"{dataset}: this load against the last accepted one ({drift['status']})",
+    )
+
+
 @task(name="validate", cache_policy=StageCache(stage="validate"), persist_result=True)
 def validate_task(settings: Settings) -> StageResult:
     dataset = settings.project.dataset
@@ -280,10 +377,13 @@ def validate_task(settings: Settings) -> StageResult:
         publish_markdown(
             "validation-report", dataset, report_markdown(exc.report, str(exc)), "Validation failed"
         )
+        if "drift" in exc.report:
+            publish_drift(settings)
         raise
     publish_markdown(
         "validation-report", dataset, report_markdown(result.metrics), "Validation passed"
     )
+    publish_drift(settings)
     m = result.metrics
     publish_stats(
         "dataset-stats",

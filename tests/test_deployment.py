@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -183,9 +184,45 @@ def test_compose_workers_share_files_and_results_and_reach_the_servers():
         assert worker["command"][:5] == ["prefect", "worker", "start", "--pool", pool]
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
-    assert gpu["profiles"] == ["gpu"] and gpu["build"]["args"]["EXTRAS"] == "gpu"
+    assert gpu["profiles"] == ["gpu"] and gpu["build"]["args"]["EXTRAS"] == "gpu,s3"
     assert services["vllm"]["profiles"] == ["vllm"]
     assert "profiles" not in cpu
+
+
+def test_compose_workers_dvc_remote_is_the_bucket_minio_init_creates(tmp_path):
+    """The workers' DVC system config (a compose `configs` entry) is read by DVC itself in a
+    folder without .git, as the image's /app is: its default remote is the bucket minio-init
+    creates, on MinIO, and the keys come from the environment, not from the file."""
+    services = compose()["services"]
+    assert '"store/$${DVC_BUCKET}"' in services["minio-init"]["command"][0]
+    for name in ("cpu-worker", "gpu-worker"):
+        worker = services[name]
+        env = worker["environment"]
+        assert env["AWS_ACCESS_KEY_ID"].startswith("${MINIO_ROOT_USER:?")
+        assert env["AWS_SECRET_ACCESS_KEY"].startswith("${MINIO_ROOT_PASSWORD:?")
+        assert "s3" in worker["build"]["args"]["EXTRAS"].split(",")  # the dvc-s3 plugin
+        ((source, target),) = ((c["source"], c["target"]) for c in worker["configs"])
+        assert target == f"{env['DVC_SYSTEM_CONFIG_DIR']}/config"
+        assert "sidrec-dvc-cache:/app/.dvc/cache" in worker["volumes"]
+    content = compose()["configs"][source]["content"]
+    assert "key" not in content and "password" not in content
+    # keys set on a checkout (`dvc remote modify --local`) stay out of the image
+    assert ".dvc/config.local" in (REPO / "docker" / "Dockerfile.dockerignore").read_text().split()
+    bucket = env_example()["DVC_BUCKET"]
+    system = tmp_path / "system"
+    system.mkdir()
+    (system / "config").write_text(content.replace("${DVC_BUCKET:-dvc}", bucket))
+    project = tmp_path / "app"
+    (project / ".dvc").mkdir(parents=True)
+    dvc_env = {**os.environ, "DVC_SYSTEM_CONFIG_DIR": str(system)}
+    dvc_env["DVC_GLOBAL_CONFIG_DIR"] = str(tmp_path / "global")  # none: only the file above
+    dvc = str(Path(sys.executable).parent / "dvc")
+    for command in (["status"], ["remote", "list"]):  # without .git, status needs no_scm
+        proc = subprocess.run(
+            [dvc, *command], cwd=project, env=dvc_env, capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["minio", f"s3://{bucket}/sidrec", "(default)"]
 
 
 def test_compose_files_it_builds_from_exist():

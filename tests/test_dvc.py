@@ -1,7 +1,9 @@
-"""dvc.yaml agrees with the code, and `dvc repro` rebuilds then skips."""
+"""dvc.yaml agrees with the code, `dvc repro` rebuilds then skips, and `dvc push` / `dvc pull`
+move the outputs to a fresh clone that then has nothing to reproduce."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -46,7 +48,7 @@ def test_dvc_stages_match_code_params_and_paths():
     }
     assert outs == {
         "ingest": [str(paths.raw_dir)],
-        "validate": [str(paths.validated_dir)],
+        "validate": [str(paths.validated_dir), str(paths.drift_dir)],
         "split": [str(paths.split(n)) for n in ("train", "valid", "test")],
         "embed": [str(paths.item_emb), str(paths.item_emb_manifest)],
         "sids": [str(paths.sids_dir)],
@@ -57,6 +59,10 @@ def test_dvc_stages_match_code_params_and_paths():
         "register": [],
     }
     assert paths.sid_map.parent == paths.sids_dir and paths.quantizer.parent == paths.sids_dir
+    assert {paths.load_profiles.parent, paths.load_summaries.parent} == {paths.drift_dir}
+    assert _resolve(next(iter(dvc["validate"]["metrics"][1])), params) == str(
+        paths.metrics("drift")
+    )
     metrics = {stage: _resolve(next(iter(dvc[stage]["metrics"][0])), params) for stage in STAGES}
     names = (
         "ingest",
@@ -154,6 +160,52 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, csv_project, run_sidr
     assert f"dvc: recorded {', '.join(STAGES)} in dvc.lock" in out
     assert json.loads(_run([str(DVC), "status", "--json"], work, stderr=False)) == {}
     assert _ran(_run([str(DVC), "repro"], work)) == set()
+
+    # shared storage: what that run recorded goes to a remote, and another machine's clone
+    # pulls it and reproduces nothing
+    _push_then_pull_into_a_clone(work, tmp_path)
+
+
+def _push_then_pull_into_a_clone(work: Path, tmp_path: Path) -> None:
+    """`dvc push` from ``work`` to a local-folder remote; a git clone of ``work`` (code,
+    params.yaml, dvc.yaml, dvc.lock, metrics and .dvc/config with the remote: no data, no DVC
+    cache) then runs `dvc pull` and gets every output byte for byte, `dvc status` is clean and
+    `dvc repro` runs no stage."""
+    _run([str(DVC), "remote", "add", "--default", "storage", str(tmp_path / "remote")], work)
+    _run([str(DVC), "push"], work)
+    assert json.loads(_run([str(DVC), "status", "--cloud", "--json"], work, stderr=False)) == {}
+
+    # git holds what a checkout holds (the repo's .gitignore; the tests' Prefect home)
+    (work / ".gitignore").write_text((REPO / ".gitignore").read_text() + ".prefect/\n")
+    _run(["git", "add", "--all"], work)
+    _run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm", "run"], work)
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "-q", str(work), str(clone)], tmp_path)
+    assert not (clone / "data").exists() and not (clone / "artifacts").exists()
+    assert not (clone / ".dvc" / "cache").exists()
+
+    lock = yaml.safe_load((work / "dvc.lock").read_text())["stages"]
+    outs = [out["path"] for stage in lock.values() for out in stage.get("outs", [])]
+    pushed = _digests(work, outs)
+    assert "data/sids/tiny/sid_map.json" in pushed
+    _run([str(DVC), "pull"], clone)
+    assert _digests(clone, outs) == pushed
+    assert json.loads(_run([str(DVC), "status", "--json"], clone, stderr=False)) == {}
+    repro = _run([str(DVC), "repro"], clone)
+    assert "Data and pipelines are up to date." in repro and _ran(repro) == set()
+
+
+def _digests(root: Path, paths: list[str]) -> dict[str, str]:
+    """SHA-256 of every file in ``paths`` (files or folders) under ``root``, by relative path."""
+    files: list[Path] = []
+    for path in paths:
+        top = root / path
+        files += sorted(top.rglob("*")) if top.is_dir() else [top]
+    return {
+        f.relative_to(root).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in files
+        if f.is_file()
+    }
 
 
 def _write_params(work: Path, params: dict) -> None:

@@ -55,6 +55,35 @@ def test_changed_source_data_reruns_everything(
     result = prepare_data(settings)
     assert result["ingest"].metrics["users"] == 4
     assert result["split"].metrics["test"]["rows"] == 4
+    # the new load's drift report against the first, as a Prefect artifact
+    drift = _latest_artifact("drift-report-flowdata")
+    assert (
+        "`flowdata` against the last load" in drift and "| users | 3 | 4 | +33.3% · 1 new" in drift
+    )
+
+
+def _latest_artifact(key: str) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        TaskRunFilter,
+    )
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:
+        # every argument explicit: this prefect client sends None for omitted ones, which the server rejects
+        (artifact,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            flow_run_filter=FlowRunFilter(),
+            task_run_filter=TaskRunFilter(),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+            offset=0,
+        )
+    assert isinstance(artifact.data, str)
+    return artifact.data
 
 
 def test_failed_validation_publishes_report_artifact_and_writes_nothing_downstream(

@@ -28,6 +28,7 @@ from sidrec.registry import (
     decide,
     metric_tag,
     register_and_gate,
+    rejections_in_a_row,
 )
 from sidrec.tracking import tracking_uri
 from tasks.register import decision_markdown, register, summary_line
@@ -147,6 +148,27 @@ def test_worse_or_within_noise_is_not_promoted(client: mlflow.MlflowClient) -> N
     assert tags[TAG_DECISION] == "rejected" and float(tags[TAG_CHAMPION_VALUE]) == 0.10
 
 
+def test_rejections_in_a_row_count_back_to_the_last_promotion(
+    client: mlflow.MlflowClient,
+) -> None:
+    assert rejections_in_a_row(client, NAME) == 0  # no such model yet
+    _gate(client, _comparison(0.10, None))  # v1: promoted
+    assert rejections_in_a_row(client, NAME) == 0
+    _gate(client, _comparison(0.08, 0.10))
+    _gate(client, _comparison(0.09, 0.10))
+    assert rejections_in_a_row(client, NAME) == 2
+    # a version registered by hand (no gate decision) neither counts nor ends the streak
+    with mlflow.start_run() as run:
+        info = mlflow.pyfunc.log_model(name="m", python_model=Echo(), pip_requirements=[])
+    client.create_model_version(NAME, source=info.model_uri, run_id=run.info.run_id)
+    _gate(client, _comparison(0.09, 0.10))
+    assert rejections_in_a_row(client, NAME) == 3
+    _gate(client, _comparison(0.20, 0.10, low=0.05))  # v6: promoted, the streak ends
+    assert rejections_in_a_row(client, NAME) == 0
+    _gate(client, _comparison(0.10, 0.20))
+    assert rejections_in_a_row(client, NAME) == 1
+
+
 def test_margin_is_respected(client: mlflow.MlflowClient) -> None:
     _gate(client, _comparison(0.10, None))
     assert not _gate(client, _comparison(0.2, 0.1, low=0.005), margin=0.01).promoted
@@ -223,13 +245,15 @@ def test_register_stage_promotes_then_keeps_the_same_model_out(tiny) -> None:
     assert json.loads(tiny.paths.metrics("register").read_text()) == json.loads(json.dumps(first))
     assert summary_line(first).startswith(f"{NAME} v1 (sft) · promoted to champion · {GATE}")
     assert "**champion**" in decision_markdown(first)
+    assert first["rejections_in_a_row"] == 0
 
     # the same model again: re-scored champion == challenger on every user → not promoted
     second = register(tiny).metrics
     assert (second["version"], second["promoted"]) == ("2", False)
     assert second["champion_value"] == pytest.approx(first["candidate_value"])
     assert (second["diff_low"], second["diff_high"]) == (0.0, 0.0)
-    assert "not promoted" in summary_line(second)
+    assert "not promoted" in summary_line(second) and second["rejections_in_a_row"] == 1
+    assert "| gate rejections in a row | 1 |" in decision_markdown(second)
     assert _aliases(mlflow.MlflowClient()) == {CHAMPION: "1", CHALLENGER: "2"}
     tags = mlflow.MlflowClient().get_model_version(NAME, "2").tags
     assert tags[TAG_DECISION] == "rejected" and tags["sidrec.fingerprint.split"]

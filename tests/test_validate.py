@@ -118,3 +118,77 @@ def test_failure_does_not_replace_previous_validated_tables(
     with pytest.raises(ValidationFailed):
         validate(settings)
     assert files_under("data/validated") == before
+
+
+# ---------------------------------------------------------------- the drift report of each load
+
+MORE_USERS = "user_id,item_id,timestamp\n" + "".join(
+    f"u{u},{item},{1_600_000_000 + 100 * u + k}\n"
+    for u in range(1, 6)
+    for k, item in enumerate("abcd")
+)
+"""The default dataset's 3 users x 4 items plus users u4 and u5, alike."""
+SKEWED = "user_id,item_id,timestamp\n" + "".join(
+    f"u{u},{item},{1_600_000_000 + 100 * u + k}\n"
+    for u, n in ((1, 12), (2, 3), (3, 3))
+    for k, item in enumerate("abcd" * 3)
+    if k < n
+)
+"""The same users, one of them four times as active as the others."""
+
+
+def _drift(settings) -> dict:
+    return json.loads(settings.paths.metrics("drift").read_text())
+
+
+def test_each_load_is_compared_with_the_last_accepted_one(project, ingest_and_validate):
+    settings, first = ingest_and_validate()
+    report = _drift(settings)
+    assert report["status"] == "first load" and report["dataset"] == "tiny"
+    assert first.metrics["drift"] == {"status": "first load", "flagged": []}
+    assert first.summary.endswith("· first load")
+    assert {str(settings.paths.metrics("drift")), str(settings.paths.load_profiles)} <= set(
+        first.outputs
+    )
+    first_load = report["load"]["load_id"]
+
+    settings, second = ingest_and_validate(MORE_USERS)
+    report = _drift(settings)
+    assert report["baseline"]["load_id"] == first_load != report["load"]["load_id"]
+    assert (report["users"]["new"], report["users"]["vanished"]) == (2, 0)
+    assert report["users"]["new_examples"] == ["u4", "u5"]
+    assert report["sizes"]["interactions"] == {
+        "before": 12,
+        "after": 20,
+        "change": pytest.approx(2 / 3),
+    }
+    # every user as active as before: the same shape
+    assert report["status"] == second.metrics["drift"]["status"] == "no drift"
+
+    # the same load validated again (another parameter): compared with the load before it
+    # again, not with itself, so the report does not change
+    settings, _ = ingest_and_validate(MORE_USERS, validate={"sample_size": 3})
+    again = _drift(settings)
+    assert again["baseline"]["load_id"] == first_load
+    assert again["users"] == report["users"] and again["sizes"] == report["sizes"]
+
+
+def test_fail_on_drift_stops_the_run_and_keeps_the_baseline(
+    project, files_under, ingest_and_validate
+):
+    settings, _ = ingest_and_validate()
+    kept = files_under("data")
+    with pytest.raises(ValidationFailed, match="drift_against_last_load") as err:
+        ingest_and_validate(SKEWED, validate={"fail_on_drift": True})
+    assert "validate.fail_on_drift=false" in str(err.value)
+    (failure,) = err.value.report["failures"]
+    assert failure["observed"]["interactions_per_user"] > 0.2
+    report = _drift(settings)
+    assert report["status"] == "drift" and "interactions_per_user" in report["flagged"]
+    # nothing validated was replaced and the baseline is still the first load
+    assert {p: t for p, t in files_under("data").items() if not p.startswith("data/raw")} == {
+        p: t for p, t in kept.items() if not p.startswith("data/raw")
+    }
+    # without the switch the same load is reported as drift and accepted as the new baseline
+    settings, result = ingest_and_validate(SKEWED)
+    assert result.metrics["drift"]["status"] == "drift" and "drift (" in result.summary

@@ -23,10 +23,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.retrain import tiny_project_overrides
+from flows.automations import RETRAIN_FAILED
+from sidrec.orchestration import MODEL_PROMOTED, REJECTIONS_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -139,6 +142,21 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 30
     return proc.stdout
 
 
+def wait_for_event(client: Any, name: str, timeout: float = 60) -> Any:
+    """The newest event called ``name`` the server has stored (it persists them in batches)."""
+    from prefect.events.filters import EventFilter, EventNameFilter
+
+    deadline = time.monotonic() + timeout
+    while True:
+        # limit: the client's default (100) is above what the server accepts (50)
+        page = client.read_events(filter=EventFilter(event=EventNameFilter(name=[name])), limit=10)
+        if page.events or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert page.events, f"no {name} event stored within {timeout} s"
+    return page.events[0]
+
+
 # ---------------------------------------------------------------- the tiny project
 
 
@@ -230,6 +248,11 @@ def test_retrain_manual_deployment_on_real_servers(
         REPO,
     )  # fmt: skip
     assert prefect_file.read_text() == before, "prefect deploy must not rewrite prefect.yaml"
+    # the alerts (flows/automations.py), created on this server; the server validates them
+    created = run_cli(
+        [str(BIN / "sidrec"), "automations", "--deployment", "retrain-manual"], env, tmp_path
+    )
+    assert created.count("created") == 2, created
 
     with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
         deployment = client.read_deployment_by_name("retrain/retrain-manual")
@@ -249,6 +272,12 @@ def test_retrain_manual_deployment_on_real_servers(
             f"retrain-manual run ended {state.name if state else 'nowhere'}: "
             f"{state.message if state else ''}\n{processes.tails()}"
         )
+        # the register task told the server its gate decision, which the automation watches
+        promoted = wait_for_event(client, MODEL_PROMOTED)
+        assert promoted.resource.id == f"sidrec.model.sidrec-{DATASET}"
+        assert promoted.resource[REJECTIONS_LABEL] == "0"
+        (failed_alert,) = client.read_automations_by_name(RETRAIN_FAILED)
+        assert failed_alert.trigger.match_related["prefect.resource.name"] == ["retrain-manual"]
         train_gpu = client.read_deployment_by_name("train-remote/train-gpu")
         children = client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[train_gpu.id])),
