@@ -40,6 +40,7 @@ def train_remote(
     config_path: str = "params.yaml",
     overrides: list[str] | None = None,
     until: Stage = "evaluate",
+    accelerate_config: str | None = None,
 ) -> dict[str, StageResult]:
     """The training stages (baselines → sft → grpo → evaluate), run by whichever worker picks
     the run up.
@@ -48,7 +49,12 @@ def train_remote(
         config_path: the configuration file, relative to the worker's project folder.
         overrides: ``section.key=value`` overrides, applied as ``--set`` does.
         until: the last stage to run.
+        accelerate_config: an Accelerate config file: sft and grpo run under ``accelerate
+            launch`` with it, one process per GPU (``orchestration.accelerate_config``; the
+            ``train-gpu`` deployment sets it, the parent run never passes it).
     """
+    if accelerate_config is not None:  # last, so it wins as the deployment's own setting
+        overrides = [*(overrides or []), f"orchestration.accelerate_config={accelerate_config}"]
     settings = load_settings(config_path, overrides or [])
     return _train_inline(settings, until)
 

@@ -25,6 +25,13 @@ Two more small overrides hand the rollout facts to the rewards: the catalog row 
 completion (``completion_item``) and its rank in the group (``rank``) become columns, and the
 batch's targets are read for ``ensure_target`` and the target logs. Rewards, advantages,
 losses (grpo, dapo, dr_grpo, bnpo, GSPO), the reference model and logging are TRL's own.
+
+Under ``accelerate launch`` each process rolls out its own prompts. A group never spans two
+processes: TRL's ``RepeatSampler`` puts a prompt's G copies next to each other and each process
+takes whole per-device batches of the sampled stream, so a per-device batch that is a multiple
+of G (``tasks/grpo.py`` sets prompts per process × G) holds whole groups, as
+:func:`_distinct_prompts` checks. TRL gathers every process's rewards in rank order before it
+normalizes them per G consecutive rows: the same groups. ``shard`` records each process's prompts.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from trl.models import unwrap_model_for_generation
 from models.constrained import SidConstrainedLogitsProcessor, generate_sids, left_pad
 from models.grpo_config import SidGRPOConfig, check_group_size
 from models.metrics import exclusion_mask
+from models.shards import ShardRecord
 from models.sid_trie import SidTrie
 
 log = logging.getLogger(__name__)
@@ -108,6 +116,7 @@ class SidGRPOTrainer(GRPOTrainer):
         self._rollout: dict[str, list[int]] = {}
         self._batch_targets: list[int] | None = None
         self._batch_exclude: list[list[int]] | None = None
+        self.shard = ShardRecord()  # the prompts this process trained on
 
     # --- the three overrides
 
@@ -116,6 +125,10 @@ class SidGRPOTrainer(GRPOTrainer):
         self._batch_targets = [int(x["target_index"]) for x in inputs] if inputs else None
         has_exclude = bool(inputs) and "exclude_index" in inputs[0]
         self._batch_exclude = [list(x["exclude_index"]) for x in inputs] if has_exclude else None
+        model: Any = self.model
+        if inputs and model.training:  # this process's prompts (its shard under accelerate)
+            g = self.num_generations
+            self.shard.add([[*x["history_index"], x["target_index"]] for x in inputs[::g]])
         return super()._generate_and_score_completions(inputs)
 
     def _calculate_rewards(

@@ -204,17 +204,22 @@ def load_model_dir(path: Path, missing_hint: str = "run `sidrec sft` first") -> 
     return model.eval(), tokenizer
 
 
-def save_model_dir(model: Any, tokenizer: Any, target: Path) -> None:
+def save_model_dir(
+    model: Any, tokenizer: Any, target: Path, state_dict: dict[str, Any] | None = None
+) -> None:
     """Write a self-contained from_pretrained folder, replacing ``target`` only when complete.
 
     A peft model is saved with its adapter merged into a copy, so the model being trained
-    keeps its adapter (GRPO saves its best model mid-training)."""
+    keeps its adapter (GRPO saves its best model mid-training). ``state_dict``: the weights to
+    write instead of the model's own (gathered from sharded training processes)."""
     if hasattr(model, "merge_and_unload"):
+        if state_dict is not None:
+            raise ValueError("a gathered state_dict cannot be merged with a peft adapter")
         model = copy.deepcopy(model).merge_and_unload()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, state_dict=state_dict)
         tokenizer.save_pretrained(staging)
         replace_dir(staging, target)
     finally:

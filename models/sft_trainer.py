@@ -35,6 +35,8 @@ from transformers import Trainer
 from trl import SFTConfig, SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+from models.shards import ShardRecord
+
 
 class RowPackedCollator(DataCollatorForLanguageModeling):
     """Batches of packed rows (TRL's ``seq_lengths``): per-row padding, position ids that restart
@@ -54,7 +56,8 @@ class RowPackedCollator(DataCollatorForLanguageModeling):
 
 class SidSFTTrainer(SFTTrainer):
     """``SFTTrainer`` that keeps packed rows apart (:class:`RowPackedCollator`, when
-    ``args.packing``) and whose loss on a CPU is the model's own (``Trainer.compute_loss``)."""
+    ``args.packing``) and whose loss on a CPU is the model's own (``Trainer.compute_loss``).
+    ``shard`` records the rows this process trained on (its shard under ``accelerate launch``)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -62,6 +65,12 @@ class SidSFTTrainer(SFTTrainer):
         if isinstance(self.args, SFTConfig) and self.args.packing:
             # instead of TRL's padding-free flattening (see the module doc)
             self.data_collator = RowPackedCollator(self._pad_token_id)
+        self.shard = ShardRecord()
+
+    def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        ids = inputs["input_ids"]
+        self.shard.add([row[row != self._pad_token_id].tolist() for row in ids])
+        return super().training_step(model, inputs, *args, **kwargs)
 
     def compute_loss(
         self,

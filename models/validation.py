@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from transformers import TrainerCallback
 
+from sidrec.distributed import broadcast_from_main
 from sidrec.tracking import metric_key
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,13 @@ class ValidationCallback(TrainerCallback):
     without improvement training stops (None: never early).
 
     The training batch is never used here: rewards or loss on it are optimistic by construction.
+
+    Under ``accelerate launch`` every process ranks the same sample (generation is collective
+    when the parameters are sharded, FSDP; on GPUs the others would only wait) and every
+    process takes the main process's result, so all decide alike whether to keep the model and
+    whether to stop: a process that stopped alone would leave the others waiting forever.
+    ``save_best`` is called on every process too (gathering sharded parameters is collective);
+    it writes on the main process only.
     """
 
     def __init__(
@@ -73,7 +81,7 @@ class ValidationCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            metrics = self.evaluate(model)
+            metrics = broadcast_from_main(self.evaluate(model))
         finally:
             model.train(was_training)
         record = {"step": float(step), **metrics}

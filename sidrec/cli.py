@@ -24,6 +24,7 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from sidrec.config import SOURCES, Settings, load_settings, save_run_config
+from sidrec.distributed import is_main_process, world_size
 from sidrec.errors import SidrecError
 from sidrec.progress import configure_library_bars
 from sidrec.stage import STAGES, Stage, StageResult
@@ -116,8 +117,11 @@ def _errors(debug: bool) -> Iterator[None]:
         handlers=[RichHandler(console=console, show_path=False, show_time=False)],
     )
     configure_library_bars()  # a log file gets plain lines, not carriage-return frames
+    level = logging.DEBUG if debug else logging.INFO
+    if not is_main_process():  # under accelerate launch the main process tells the story
+        level = max(level, logging.WARNING)
     for package in ("sidrec", "tasks", "flows", "models"):
-        logging.getLogger(package).setLevel(logging.DEBUG if debug else logging.INFO)
+        logging.getLogger(package).setLevel(level)
     if not debug:  # TRL calls transformers APIs that warn about their v6 renames on every step
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     if threading.current_thread() is threading.main_thread():
@@ -144,11 +148,22 @@ def _errors(debug: bool) -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+LAUNCHABLE: tuple[Stage, ...] = ("sft", "grpo")
+"""The stages that run as several processes under ``accelerate launch`` (sidrec/distributed.py)."""
+
+
 def _run_stage(stage: Stage, settings: Settings) -> None:
-    save_run_config(settings, stage)
+    if world_size() > 1 and stage not in LAUNCHABLE:
+        raise SidrecError(
+            f"`sidrec {stage}` runs as one process, not under accelerate launch with "
+            f"{world_size()} processes; only {' and '.join(LAUNCHABLE)} train as several"
+        )
+    if is_main_process():
+        save_run_config(settings, stage)
     module = importlib.import_module(f"tasks.{stage}")
     result = getattr(module, stage)(settings)
-    _summary({stage: result})
+    if is_main_process():
+        _summary({stage: result})
 
 
 def _summary(results: dict[str, StageResult]) -> None:
@@ -274,6 +289,12 @@ def pipeline(
     with _errors(opts.debug):
         if until not in STAGES:
             raise SidrecError(f"--until must be one of {', '.join(STAGES)}, got {until!r}")
+        if world_size() > 1:
+            raise SidrecError(
+                "`sidrec pipeline` runs as one process (its flow would run once per launched "
+                "process); set orchestration.accelerate_config to train sft and grpo under "
+                "accelerate launch, or launch `sidrec sft` / `sidrec grpo` themselves"
+            )
         opts.settings()  # fail fast on bad config, before starting Prefect
         _quiet_expected_errors(opts.debug)
         from flows.retrain import retrain

@@ -492,6 +492,15 @@ class OrchestrationConfig(_Section):
     inline in the parent flow."""
     gpu_timeout_s: int = Field(86_400, ge=60)
     """How long the parent flow waits for the training deployment's run."""
+    accelerate_config: Path | None = None
+    """An Accelerate config file (``docker/accelerate/ddp.yaml``, ``deepspeed_zero2.yaml``,
+    ``fsdp.yaml``): the flow runs sft and grpo as ``accelerate launch --config_file <it> -m
+    sidrec <stage>`` subprocesses, several training processes (one per GPU); null trains them in
+    the flow's own process. The ``train-gpu`` deployment sets it."""
+    num_processes: int | None = Field(None, ge=1)
+    """Processes ``accelerate launch`` starts (null: one per visible GPU, at least one).
+    ``sft.batch_size`` and ``grpo.prompts_per_step`` stay per optimizer step: each process
+    takes an equal share, so they must be multiples of it."""
 
 
 QUALITY_PRESET: dict[str, Any] = {
@@ -686,9 +695,15 @@ def format_validation_error(exc: ValidationError, origin: str) -> str:
 
 
 def dump_settings(settings: Settings, path: Path) -> None:
+    """The resolved configuration as a file ``load_settings`` reads back as ``settings``: the
+    chosen preset's keys hold the values the sections have (an override may have changed one),
+    so applying the preset again changes nothing."""
     from sidrec.io import atomic_write_text
 
-    atomic_write_text(path, yaml.safe_dump(settings.to_yaml_dict(), sort_keys=False))
+    data = settings.to_yaml_dict()
+    if (name := settings.project.preset) in settings.presets:
+        data["presets"][name] = {key: settings.section(key) for key in settings.presets[name]}
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def save_run_config(settings: Settings, command: str) -> Path:

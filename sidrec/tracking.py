@@ -23,7 +23,8 @@ ended ``KILLED``. A run of another host, or of a live process, is never touched.
 Trainers. transformers' ``MLflowCallback`` (``report_to=["mlflow"]``, used by TRL) logs into
 the run that is active in its thread when training starts and then leaves it open; so a stage
 that trains wraps ``trainer.train()`` in ``with stage_run(...)`` and the trainer's parameters,
-losses and evaluation metrics become part of the stage's nested run.
+losses and evaluation metrics become part of the stage's nested run. Under ``accelerate
+launch`` only the main process opens it (:func:`training_run`).
 """
 
 from __future__ import annotations
@@ -259,6 +260,23 @@ def stage_run(
             mlflow.log_params(_param_values(params))
         yield run
     log.info("logged %s to MLflow run %s (%s)", stage, run.info.run_id, tracking_uri())
+
+
+@contextmanager
+def training_run(
+    *, dataset: str, stage: str, params: Mapping[str, Any] | None = None
+) -> Iterator[Run | None]:
+    """:func:`stage_run` for a stage that trains, which may run as several processes
+    (``accelerate launch``, :mod:`sidrec.distributed`): the main process opens the stage's run;
+    the others open none and log nothing (transformers' ``MLflowCallback`` logs from the main
+    process only), so a run on N processes is one MLflow run. Yields None on those."""
+    from sidrec.distributed import is_main_process
+
+    if not is_main_process():
+        yield None
+        return
+    with stage_run(dataset=dataset, stage=stage, params=params) as run:
+        yield run
 
 
 def log_stage(

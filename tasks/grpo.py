@@ -4,6 +4,10 @@ Rollouts are constrained to catalog SIDs (:mod:`models.grpo_trainer`), rewarded 
 functions in :mod:`models.rewards`, and the model is scored on a fixed validation sample
 every ``grpo.eval_every`` steps; the best one by validation NDCG@10 (the SFT starting point
 included) is written to ``artifacts/grpo/<ds>/model``. Metrics: ``metrics/grpo.json``.
+
+Runs unchanged as several processes (``accelerate launch -m sidrec grpo``): each rolls out and
+trains on its share of every step's ``grpo.prompts_per_step`` prompts (whole groups), the main
+process writes the model, the metrics and the MLflow run (``tasks/shared/training.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from models.baselines import catalog_index, encode_histories, encode_targets
 from models.baselines.sasrec import load_baseline
 from models.constrained import sid_regex
 from models.grpo_callbacks import SampleSink
-from models.lm import replace_dir, save_model_dir
+from models.lm import replace_dir
 from models.prompts import PromptBuilder
 from models.rewards import (
     DENSE_REWARDS,
@@ -37,15 +41,24 @@ from models.rewards import (
 )
 from models.sid import sid_string
 from sidrec.config import Settings
+from sidrec.distributed import is_main_process
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats, publish_table
 from sidrec.protocol import items_before
 from sidrec.stage import StageResult
-from sidrec.tracking import stage_run
+from sidrec.tracking import training_run
 from tasks.shared.embeddings import load_embeddings
 from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split, recent_rows
-from tasks.shared.training import lora_config, trainer_arguments
+from tasks.shared.launch import run_launched
+from tasks.shared.training import (
+    check_enough,
+    lora_config,
+    per_process,
+    save_trained,
+    shard_records,
+    trainer_arguments,
+)
 from tasks.shared.validation import ValidationSample
 
 log = logging.getLogger(__name__)
@@ -152,6 +165,8 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     rows = training_rows(settings, builder, train, index)
     validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
     rewards, weights = reward_functions(settings, item_ids)
+    check_enough(len(rows), cfg.prompts_per_step, "training prompts")  # one step's prompts
+    prompts_per_process = per_process(cfg.prompts_per_step, "grpo.prompts_per_step")
 
     try:
         args = SidGRPOConfig(
@@ -162,7 +177,8 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
                 oversample=cfg.oversample,
                 ensure_target=cfg.ensure_target,
                 num_generations=cfg.num_generations,
-                per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+                # whole groups on every process (models/grpo_trainer.py)
+                per_device_train_batch_size=prompts_per_process * cfg.num_generations,
                 gradient_accumulation_steps=1,
                 max_completion_length=trie.levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
                 max_steps=cfg.max_steps,
@@ -192,10 +208,11 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         raise ConfigError(f"grpo: {exc}") from None
 
     best_dir = paths.grpo_dir / ".best"
-    shutil.rmtree(best_dir, ignore_errors=True)
+    if is_main_process():  # only the main process writes (sidrec/distributed.py)
+        shutil.rmtree(best_dir, ignore_errors=True)
     validator = ValidationCallback(
         evaluate=validation,
-        save_best=lambda m: save_model_dir(m, tokenizer, best_dir),
+        save_best=lambda m: save_trained(m, tokenizer, best_dir),
         every=cfg.eval_every,
     )
     samples = SampleTables(
@@ -219,21 +236,34 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     started = time.perf_counter()
     # TRL's MLflow callback, the validation metrics and the sample tables log into this run
     run_params = {"grpo": settings.section("grpo"), "model": settings.section("model")}
-    with stage_run(dataset=settings.project.dataset, stage="grpo", params=run_params):
+    with training_run(dataset=settings.project.dataset, stage="grpo", params=run_params):
         result = trainer.train()
     seconds = time.perf_counter() - started
     assert validator.best is not None, "validation runs before the first step"
+    shards = shard_records(trainer)
+    if not is_main_process():  # it trained its shard; the main process writes
+        return StageResult(stage="grpo", outputs={})
     replace_dir(best_dir, paths.grpo_model)
 
     metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
     metrics["valid_users"] = len(validation)
     metrics["valid_num_beams"] = settings.evaluate.num_beams
+    metrics["processes"] = len(shards)
+    metrics["shards"] = shards  # per process: prompts trained on, a digest of its first batch
     atomic_write_json(paths.metrics("grpo"), metrics)
-    start, best = metrics["valid_start"]["ndcg@10"], metrics["valid_best"]["ndcg@10"]
+    return grpo_result(settings, metrics)
+
+
+def grpo_result(settings: Settings, metrics: dict[str, Any]) -> StageResult:
+    """The stage's result from its metrics (also read back after a launched run)."""
+    m, paths = metrics, settings.paths
+    start, best = m["valid_start"]["ndcg@10"], m["valid_best"]["ndcg@10"]
     summary = (
-        f"{metrics['steps']} steps · {cfg.rollout} rollouts x {cfg.num_generations} · "
-        f"valid NDCG@10 {start:.4f} → {best:.4f} (step {metrics['best_step']})"
+        f"{m['steps']} steps · {m['rollout']} rollouts x {m['num_generations']} · "
+        f"valid NDCG@10 {start:.4f} → {best:.4f} (step {m['best_step']})"
     )
+    if m.get("processes", 1) > 1:
+        summary += f" · {m['processes']} processes"
     files = [paths.grpo_model / "config.json", paths.metrics("grpo")]
     return StageResult.from_files("grpo", files, metrics, summary)
 
@@ -305,7 +335,11 @@ def grpo_task(settings: Settings) -> StageResult:
             "grpo-samples", dataset, rows, description=f"GRPO rollouts and rewards at step {step}"
         )
 
-    result = grpo(settings, on_samples=publish)
+    if settings.orchestration.accelerate_config is not None:  # N processes (one per GPU)
+        # the sample tables then go to the MLflow run only
+        result = grpo_result(settings, run_launched(settings, "grpo"))
+    else:
+        result = grpo(settings, on_samples=publish)
     m = result.metrics
     stats = ["rollout", "steps", "train_seconds", "reward_first", "reward_last"]
     stats += ["distinct_items_per_group", "target_in_group", "non_finite_rewards", "best_step"]

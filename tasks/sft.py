@@ -9,6 +9,10 @@ training stops after ``sft.patience`` validations without improvement.
 Writes ``artifacts/sft/<ds>/model`` (model + tokenizer with SID tokens, loads with
 ``from_pretrained``; its config names the prompt format it was trained with) and
 ``metrics/sft.json``. Loss on the completion only.
+
+Runs unchanged as several processes (``accelerate launch -m sidrec sft``): each trains on its
+shard of every step's ``sft.batch_size`` rows, the main process writes the model, the metrics
+and the MLflow run (``tasks/shared/training.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from models.lm import (
     load_model_dir,
     load_pretrained,
     replace_dir,
-    save_model_dir,
     train_tokenizer,
 )
 from models.prompts import (
@@ -46,20 +49,29 @@ from models.prompts import (
 from models.recommender import SidRecommender
 from models.sid import SidMap
 from sidrec.config import Settings
+from sidrec.distributed import is_main_process, world_size
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats
 from sidrec.protocol import validation_half
 from sidrec.registry import champion_label, champion_start
 from sidrec.stage import StageResult
-from sidrec.tracking import stage_run
+from sidrec.tracking import training_run
 from tasks.shared.inputs import (
     load_catalog_and_map,
     read_split,
     recent_rows,
     recommender_options,
 )
-from tasks.shared.training import lora_config, trainer_arguments
+from tasks.shared.launch import run_launched
+from tasks.shared.training import (
+    check_enough,
+    lora_config,
+    per_process,
+    save_trained,
+    shard_records,
+    trainer_arguments,
+)
 from tasks.shared.validation import ValidationSample
 
 log = logging.getLogger(__name__)
@@ -205,14 +217,15 @@ def sft(settings: Settings) -> StageResult:
             builder.truncated,
         )
 
+    check_enough(len(examples), world_size(), "training examples")  # one for each process
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
     args = SFTConfig(
         **trainer_arguments(
             settings,
             "sft",
             num_train_epochs=cfg.epochs,
-            per_device_train_batch_size=cfg.batch_size,
-            per_device_eval_batch_size=cfg.batch_size,
+            per_device_train_batch_size=per_process(cfg.batch_size, "sft.batch_size"),
+            per_device_eval_batch_size=per_process(cfg.batch_size, "sft.batch_size"),
             warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps
             lr_scheduler_type="cosine",  # over the planned epochs
             logging_steps=cfg.logging_steps,
@@ -235,10 +248,11 @@ def sft(settings: Settings) -> StageResult:
     )
     validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
     best_dir = paths.sft_dir / ".best"
-    shutil.rmtree(best_dir, ignore_errors=True)
+    if is_main_process():  # only the main process writes (sidrec/distributed.py)
+        shutil.rmtree(best_dir, ignore_errors=True)
     validator = ValidationCallback(
         evaluate=validation,
-        save_best=lambda m: save_model_dir(m, tokenizer, best_dir),
+        save_best=lambda m: save_trained(m, tokenizer, best_dir),
         every=cfg.eval_every,
         unit="epoch",
         at_start=warm is not None,  # a warm start is kept when training does not beat it
@@ -256,13 +270,17 @@ def sft(settings: Settings) -> StageResult:
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
     try:
-        with stage_run(dataset=settings.project.dataset, stage="sft", params=run_params):
+        with training_run(dataset=settings.project.dataset, stage="sft", params=run_params):
             result = trainer.train()
             eval_metrics = trainer.evaluate()
         assert validator.best is not None, "training ends with a validation"
+        shards = shard_records(trainer)
+        if not is_main_process():  # it trained its shard; the main process writes
+            return StageResult(stage="sft", outputs={})
         replace_dir(best_dir, paths.sft_model)
     finally:
-        shutil.rmtree(best_dir, ignore_errors=True)
+        if is_main_process():
+            shutil.rmtree(best_dir, ignore_errors=True)
     best = validator.best
     metrics: dict[str, Any] = {
         "dataset": settings.project.dataset,
@@ -283,6 +301,8 @@ def sft(settings: Settings) -> StageResult:
         "epochs_run": round(float(trainer.state.epoch or 0), 3),
         "stopped_early": validator.stopped_early,
         "train_seconds": round(float(result.metrics["train_runtime"]), 1),
+        "processes": len(shards),
+        "shards": shards,  # per process: rows trained on, a digest of its first batch
         "valid_users": len(validation),
         "valid_num_beams": settings.evaluate.num_beams,
         "best_epoch": best.get("epoch", 0.0),
@@ -290,18 +310,29 @@ def sft(settings: Settings) -> StageResult:
         "valid_history": [{k: round(v, 5) for k, v in r.items()} for r in validator.history],
     }
     atomic_write_json(paths.metrics("sft"), metrics)
+    return sft_result(settings, metrics)
+
+
+def sft_result(settings: Settings, metrics: dict[str, Any]) -> StageResult:
+    """The stage's result from its metrics (also read back after a launched run)."""
+    m, paths = metrics, settings.paths
     summary = (
-        f"{cfg.objective}: {metrics['train_examples']:,} examples · {metrics['steps']} steps · "
-        f"best epoch {metrics['best_epoch']:g} of {metrics['epochs_run']:g} · valid NDCG@10 "
-        f"{metrics['valid_best']['ndcg@10']:.4f}"
+        f"{m['objective']}: {m['train_examples']:,} examples · {m['steps']} steps · "
+        f"best epoch {m['best_epoch']:g} of {m['epochs_run']:g} · valid NDCG@10 "
+        f"{m['valid_best']['ndcg@10']:.4f}"
     )
+    if m.get("processes", 1) > 1:
+        summary += f" · {m['processes']} processes"
     files = [paths.sft_model / "config.json", paths.metrics("sft")]
     return StageResult.from_files("sft", files, metrics, summary)
 
 
 @task(name="sft", cache_policy=StageCache(stage="sft"), persist_result=True)
 def sft_task(settings: Settings) -> StageResult:
-    result = sft(settings)
+    if settings.orchestration.accelerate_config is not None:  # N processes (one per GPU)
+        result = sft_result(settings, run_launched(settings, "sft"))
+    else:
+        result = sft(settings)
     m = result.metrics
     stats: tuple[str, ...] = (
         "model",
