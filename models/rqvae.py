@@ -304,10 +304,34 @@ def _evaluate(model: RQVAE, data: torch.Tensor, epoch: int) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for the block, the caller's setting restored after.
+
+    With two threads the codebooks' gradient (rows gathered by code index, their gradients
+    summed back per row) came out in a varying order, so one seed gave different SIDs from run
+    to run. One thread makes training reproducible."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def train_rqvae(
     embeddings: np.ndarray, config: RQVAEConfig, *, progress: bool = True
 ) -> RQVAETrainResult:
-    """Train an RQ-VAE on item embeddings; returns the checkpoint with the fewest collisions."""
+    """Train an RQ-VAE on item embeddings; returns the checkpoint with the fewest collisions.
+
+    Reproducible: the same embeddings and config give the same weights (one torch thread)."""
+    with _one_torch_thread():
+        return _train_rqvae(embeddings, config, progress=progress)
+
+
+def _train_rqvae(
+    embeddings: np.ndarray, config: RQVAEConfig, *, progress: bool
+) -> RQVAETrainResult:
     data = torch.from_numpy(_validate_embeddings(embeddings, config))
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)

@@ -222,3 +222,21 @@ def test_kmeans_and_nearest() -> None:
 def test_kmeans_rejects_fewer_points_than_centroids() -> None:
     with pytest.raises(ValueError, match="n=5 < k=8"):
         kmeans(unit_vectors(n=5), 8)
+
+
+def test_training_is_reproducible_with_two_threads() -> None:
+    # the size at which two torch threads summed the codebooks' gradient in a varying order
+    x = unit_vectors(n=2048, d=448)
+    config = tiny_config(
+        hidden_dims=(512, 256, 128), code_dim=32, codebook_size=256, epochs=2, batch_size=1024
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runs = [train_rqvae(x, config, progress=False).model.state_dict() for _ in range(2)]
+    finally:
+        torch.set_num_threads(threads)
+    assert runs[0].keys() == runs[1].keys()
+    for name, weights in runs[0].items():
+        assert torch.equal(weights, runs[1][name]), f"{name} differs between two runs"
+    assert torch.get_num_threads() == threads  # training leaves the caller's setting alone
