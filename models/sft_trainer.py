@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import Trainer
 from trl import SFTConfig, SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -54,13 +55,61 @@ class RowPackedCollator(DataCollatorForLanguageModeling):
         return batch
 
 
+class ItemCorruption:
+    """Replace a share of the items in sequence windows by random catalog items, in the inputs
+    of each training batch (a fresh draw every step, so every epoch sees other contexts).
+
+    A replaced item's SID tokens are not targets (their labels are masked); the items after it
+    are still predicted, now from a context the user never had. The model then cannot rely on
+    recognizing a memorized sequence verbatim, which is what a test row asks of it: its newest
+    item (the valid target) was never in training. Only windows (examples whose first token
+    after BOS is a first-level SID token) are touched, never the alignment pairs.
+    """
+
+    def __init__(self, item_tokens: torch.Tensor, share: float, bos_token_id: int):
+        self.item_tokens = item_tokens
+        """(items, L) token ids of every catalog item's SID."""
+        self.share = share
+        self.bos_token_id = bos_token_id
+        self.first_level = torch.zeros(int(item_tokens.max()) + 1, dtype=torch.bool)
+        self.first_level[item_tokens[:, 0]] = True
+
+    def _is_first_level(self, ids: torch.Tensor) -> torch.Tensor:
+        known = ids < len(self.first_level)
+        return known & self.first_level[ids.clamp(max=len(self.first_level) - 1)]
+
+    def __call__(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        ids, labels = inputs["input_ids"].clone(), inputs["labels"].clone()
+        positions = inputs.get("position_ids")
+        if positions is None:  # one example per row
+            positions = torch.arange(ids.shape[1]).expand_as(ids)
+        length = self.item_tokens.shape[1]
+        first = self._is_first_level(ids)
+        for row in range(ids.shape[0]):
+            starts = torch.nonzero(positions[row] == 0).flatten().tolist()
+            ends = [*starts[1:], ids.shape[1]]
+            for start, end in zip(starts, ends, strict=True):
+                window = ids[row, start] == self.bos_token_id and start + 1 < end
+                if not (window and first[row, start + 1]):
+                    continue
+                item_starts = start + torch.nonzero(first[row, start:end]).flatten()
+                chosen = item_starts[torch.rand(len(item_starts)) < self.share]
+                for s in chosen.tolist():
+                    if s + length <= end:
+                        pick = int(torch.randint(len(self.item_tokens), ()))
+                        ids[row, s : s + length] = self.item_tokens[pick]
+                        labels[row, s : s + length] = -100
+        return {**inputs, "input_ids": ids, "labels": labels}
+
+
 class SidSFTTrainer(SFTTrainer):
     """``SFTTrainer`` that keeps packed rows apart (:class:`RowPackedCollator`, when
     ``args.packing``) and whose loss on a CPU is the model's own (``Trainer.compute_loss``).
     ``shard`` records the rows this process trained on (its shard under ``accelerate launch``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, item_corruption: ItemCorruption | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.item_corruption = item_corruption
         self._pad_token_id: int = self._tokenizer.pad_token_id  # set by SFTTrainer
         if isinstance(self.args, SFTConfig) and self.args.packing:
             # instead of TRL's padding-free flattening (see the module doc)
@@ -70,6 +119,8 @@ class SidSFTTrainer(SFTTrainer):
     def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         ids = inputs["input_ids"]
         self.shard.add([row[row != self._pad_token_id].tolist() for row in ids])
+        if self.item_corruption is not None:
+            inputs = self.item_corruption(inputs)
         return super().training_step(model, inputs, *args, **kwargs)
 
     def compute_loss(

@@ -324,6 +324,10 @@ class SftConfig(_Section):
     """Training-time dropout on the token embeddings and on each attention and MLP block's
     output before it joins the residual stream (GPT-2's residual dropout; Qwen2 has none of
     its own). Hooks, not saved with the model: inference never drops."""
+    corrupt_items: float = Field(0.0, ge=0, lt=1)
+    """sequence objective: the share of items in each training window's inputs replaced by a
+    random catalog item, drawn afresh every step; a replaced item is not a target, the items
+    after it are predicted from a context the user never had."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     eval_every: int = Field(2, ge=1)
     """Epochs between validations (NDCG@10 on the validation selection users, ranked as

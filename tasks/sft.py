@@ -47,7 +47,7 @@ from models.prompts import (
     title_history_prompt,
 )
 from models.recommender import SidRecommender
-from models.sid import SidMap
+from models.sid import SidMap, sid_tokens
 from sidrec.config import Settings
 from sidrec.distributed import is_main_process, world_size
 from sidrec.errors import ConfigError
@@ -176,10 +176,11 @@ def build_datasets(
 
 
 def sft(settings: Settings) -> StageResult:
+    import torch
     from datasets import Dataset
     from trl import SFTConfig
 
-    from models.sft_trainer import SidSFTTrainer
+    from models.sft_trainer import ItemCorruption, SidSFTTrainer
     from models.validation import ValidationCallback
 
     paths, cfg = settings.paths, settings.sft
@@ -258,6 +259,15 @@ def sft(settings: Settings) -> StageResult:
         at_start=warm is not None,  # a warm start is kept when training does not beat it
         patience=cfg.patience,
     )
+    corruption = None
+    if cfg.corrupt_items > 0 and cfg.objective == "sequence":
+        corruption = ItemCorruption(
+            item_tokens=torch.tensor(
+                [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
+            ),
+            share=cfg.corrupt_items,
+            bos_token_id=tokenizer.bos_token_id,
+        )
     trainer = SidSFTTrainer(
         model=model,
         args=args,
@@ -266,6 +276,7 @@ def sft(settings: Settings) -> StageResult:
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[validator],
+        item_corruption=corruption,
     )
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
@@ -291,6 +302,7 @@ def sft(settings: Settings) -> StageResult:
         "window": cfg.window if cfg.objective == "sequence" else None,
         "tasks": list(cfg.tasks),
         "dropout": cfg.dropout,
+        "corrupt_items": cfg.corrupt_items,
         "train_examples": len(examples),
         "eval_examples": len(evals),
         "truncated_prompts": builder.truncated,

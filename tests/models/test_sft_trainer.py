@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models.lm import load_model_dir
-from models.sft_trainer import RowPackedCollator, SidSFTTrainer
+from models.sft_trainer import ItemCorruption, RowPackedCollator, SidSFTTrainer
 
 PAD = 0
 
@@ -82,3 +82,54 @@ def test_the_trainer_packs_whole_examples_into_rows_only_when_asked(tiny_model, 
     before = model.model.embed_tokens.weight.detach().clone()
     trainer.train()
     assert not torch.equal(before, model.model.embed_tokens.weight)
+
+
+BOS, EOS = 1, 2
+CATALOG = torch.tensor([[10, 20, 30], [11, 21, 31], [12, 22, 32], [13, 23, 33]])
+"""Four items' SID token ids: first level 10-13, then 20-23, then 30-33."""
+
+
+def _packed_window_then_alignment_pair(items: list[int]) -> dict[str, torch.Tensor]:
+    """One packed row: a sequence window of ``items`` (BOS, each SID + EOS, all targets), then a
+    title2sid pair (text tokens 5 6, then an item's SID as the completion), then padding."""
+    window = [BOS, *(t for i in items for t in [*CATALOG[i].tolist(), EOS])]
+    pair = [BOS, 5, 6, *CATALOG[0].tolist()]
+    ids = [*window, *pair, PAD, PAD]
+    labels = [-100, *window[1:], -100, -100, -100, *CATALOG[0].tolist(), -100, -100]
+    positions = [*range(len(window)), *range(len(pair)), 0, 0]
+    return {
+        "input_ids": torch.tensor([ids]),
+        "labels": torch.tensor([labels]),
+        "position_ids": torch.tensor([positions]),
+    }
+
+
+def test_corruption_replaces_window_items_only_and_masks_their_targets():
+    items = [0, 1, 2, 3, 0, 1, 2, 3]
+    batch = _packed_window_then_alignment_pair(items)
+    torch.manual_seed(0)
+    out = ItemCorruption(CATALOG, share=0.999, bos_token_id=BOS)(batch)
+    ids, labels = out["input_ids"][0], out["labels"][0]
+    window_end = 1 + 4 * len(items)
+    for n in range(len(items)):
+        start = 1 + 4 * n
+        assert ids[start : start + 3].tolist() in CATALOG.tolist()  # a catalog item's SID
+        assert labels[start : start + 3].tolist() == [-100] * 3  # not a target
+        assert ids[start + 3] == EOS and labels[start + 3] == EOS  # the terminator stays
+    # the alignment pair and the padding are untouched, and the input batch is not modified
+    assert torch.equal(ids[window_end:], batch["input_ids"][0][window_end:])
+    assert torch.equal(labels[window_end:], batch["labels"][0][window_end:])
+    assert not torch.equal(out["input_ids"], batch["input_ids"])
+    assert batch["labels"][0][1:4].tolist() == CATALOG[0].tolist()
+
+
+def test_corruption_replaces_about_its_share_of_items_and_nothing_at_zero():
+    items = [i % 4 for i in range(200)]
+    batch = _packed_window_then_alignment_pair(items)
+    torch.manual_seed(0)
+    out = ItemCorruption(CATALOG, share=0.25, bos_token_id=BOS)(batch)
+    masked = int(((out["labels"] == -100) & (batch["labels"] != -100)).sum()) // 3
+    assert 30 <= masked <= 70  # 50 expected of 200; binomial sd ~6
+    unchanged = ItemCorruption(CATALOG, share=0.0, bos_token_id=BOS)(batch)
+    assert torch.equal(unchanged["input_ids"], batch["input_ids"])
+    assert torch.equal(unchanged["labels"], batch["labels"])
