@@ -68,30 +68,51 @@ def _reassign_last_level(codes: np.ndarray, k: int, costs: CostFn, fixed: np.nda
     prefix_ids = (
         _group_ids(codes[:, :-1]) if codes.shape[1] > 1 else np.zeros(len(codes), dtype=np.int64)
     )
+    # items of a prefix group in row order; a group collides when two share a last code
     order = np.argsort(prefix_ids, kind="stable")
-    bounds = np.flatnonzero(np.diff(prefix_ids[order])) + 1
+    group, last = prefix_ids[order], codes[order, -1]
+    by_code = np.lexsort((last, group))  # stable: row order within (group, code)
+    repeats = (np.diff(group[by_code]) == 0) & (np.diff(last[by_code]) == 0)
+    colliding = np.zeros(group[-1] + 1 if len(group) else 0, dtype=bool)
+    colliding[group[by_code][1:][repeats]] = True
+    members = order[colliding[group]]  # the colliding groups' items, group by group
+    if len(members) == 0:
+        return 0
+    cost = _costs_in_chunks(costs, members)
+    kept = _kept(prefix_ids[members], codes[members, -1], cost, fixed[members])
+    bounds = np.flatnonzero(np.diff(prefix_ids[members])) + 1
     moved = 0
-    for members in np.split(order, bounds):
-        last = codes[members, -1]
-        if len(np.unique(last)) == len(members):
-            continue
-        moved += _reassign_group(codes, members, k, costs, fixed)
+    for rows in np.split(np.arange(len(members)), bounds):
+        moved += _move_group(codes, members[rows], cost[rows], kept[rows], k)
     return moved
 
 
-def _reassign_group(
-    codes: np.ndarray, members: np.ndarray, k: int, costs: CostFn, fixed: np.ndarray
+def _costs_in_chunks(costs: CostFn, rows: np.ndarray, chunk: int = 1 << 15) -> np.ndarray:
+    """``costs(rows)``, a chunk of rows per call: a call per colliding group (for RQ-VAE a
+    forward pass each) took most of the sids stage at 10^5 items (bench/scale.py)."""
+    return np.concatenate([costs(rows[lo : lo + chunk]) for lo in range(0, len(rows), chunk)])
+
+
+def _kept(group: np.ndarray, last: np.ndarray, cost: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """Which items keep their last code: fixed items, and for each contested code of a group
+    without a fixed holder, the item closest to it (the earlier row on a tie)."""
+    own = cost[np.arange(len(last)), last]
+    ranked = np.lexsort((own, ~fixed, last, group))  # fixed first, then closest
+    first = np.ones(len(ranked), dtype=bool)
+    first[1:] = (np.diff(group[ranked]) != 0) | (np.diff(last[ranked]) != 0)
+    kept = np.zeros(len(last), dtype=bool)
+    kept[ranked] = first | fixed[ranked]
+    return kept
+
+
+def _move_group(
+    codes: np.ndarray, members: np.ndarray, cost: np.ndarray, kept: np.ndarray, k: int
 ) -> int:
-    cost = costs(members)
-    keep = np.zeros(len(members), dtype=bool)
+    """Move a group's items that lost their code to free last-level codes, nearest first
+    (Hungarian algorithm); returns how many moved."""
     taken = np.zeros(k, dtype=bool)
-    # fixed items first, then for each contested code the closest item keeps it
-    for rank in np.lexsort((cost[np.arange(len(members)), codes[members, -1]], ~fixed[members])):
-        code = codes[members[rank], -1]
-        if fixed[members[rank]] or not taken[code]:
-            keep[rank] = True
-            taken[code] = True
-    movers = np.flatnonzero(~keep)
+    taken[codes[members[kept], -1]] = True
+    movers = np.flatnonzero(~kept)
     free = np.flatnonzero(~taken)
     if len(movers) == 0 or len(free) == 0:
         return 0

@@ -69,8 +69,8 @@ def collision_stats(codes: np.ndarray) -> CollisionStats:
     n = len(codes)
     if n == 0:
         return CollisionStats(0, 0, 0.0, 0)
-    counts = Counter(map(tuple, np.asarray(codes).tolist()))
-    return CollisionStats(n, len(counts), (n - len(counts)) / n, max(counts.values()))
+    counts = np.unique(np.asarray(codes), axis=0, return_counts=True)[1]
+    return CollisionStats(n, len(counts), (n - len(counts)) / n, int(counts.max()))
 
 
 def check_sid_map(sid_map: Mapping[str, Sequence[int]], where: str | Path) -> None:

@@ -18,7 +18,6 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from models.sid import level_token
@@ -29,6 +28,9 @@ class SidTrie:
 
     Row ``i`` of ``sid_token_ids`` is item ``i``: :meth:`item_index` returns these rows.
     """
+
+    _TABLES = ("_vocab", "_edge_keys", "_edge_tokens", "_offsets", "_leaf_item", "_item_leaf")
+    """The decoding tables (tensors moved by :meth:`to`, counted by :attr:`nbytes`)."""
 
     def __init__(self, *, sid_token_ids: torch.Tensor, item_ids: Sequence[str] | None = None):
         """``sid_token_ids``: (n_items, L) integer token ids, rows distinct. ``item_ids``:
@@ -74,8 +76,6 @@ class SidTrie:
         if n_nodes * s >= 2**62:
             raise ValueError(f"catalog too large for int64 trie keys ({n_nodes} nodes × {s})")
         self._edge_keys = torch.cat(keys)
-        # level-l edges (depth l → l + 1) are _edge_keys[bounds[l]:bounds[l + 1]]
-        self._level_bounds = np.cumsum([0, *map(len, keys)]).tolist()
         self._edge_tokens = self._vocab[self._edge_keys % s]
         self.dead_node = n_nodes
         """Node id of "not a catalog SID prefix" (no children)."""
@@ -87,6 +87,7 @@ class SidTrie:
         self.max_fanout = int((self._offsets[1:] - self._offsets[:-1]).max())
         self._leaf_item = torch.empty(self.n_items, dtype=torch.int64)
         self._leaf_item[node - self._first_leaf] = torch.arange(self.n_items)
+        self._item_leaf = node  # leaf node of each item row
 
     @classmethod
     def from_sid_map(cls, sid_map: Mapping[str, Sequence[int]], tokenizer: Any) -> SidTrie:
@@ -127,7 +128,7 @@ class SidTrie:
         if self._edge_keys.device == device:
             return self
         moved = copy.copy(self)
-        for name in ("_vocab", "_edge_keys", "_edge_tokens", "_offsets", "_leaf_item"):
+        for name in self._TABLES:
             setattr(moved, name, getattr(self, name).to(device))
         return moved
 
@@ -138,7 +139,7 @@ class SidTrie:
     @property
     def nbytes(self) -> int:
         """Bytes of the decoding tables (O(n_items · L)); ``sid_token_ids`` not counted."""
-        tables = (self._vocab, self._edge_keys, self._edge_tokens, self._offsets, self._leaf_item)
+        tables = [getattr(self, name) for name in self._TABLES]
         return sum(t.numel() * t.element_size() for t in tables)
 
     def is_sid_token(self, token_ids: torch.Tensor) -> torch.Tensor:
@@ -201,19 +202,30 @@ class SidTrie:
 
     def banned_nodes(self, banned: torch.Tensor) -> torch.Tensor:
         """(batch, n_items) bool, True = item row banned → (batch, n_nodes + 1) bool over the
-        nodes, the dead node last (always banned). A node is banned when all its children are
-        (bottom-up, one scatter per level), so a decoder that skips banned children never spends
-        a beam on a branch that can only end in banned items."""
+        nodes, the dead node last (always banned). A node is banned when all its children are,
+        so a decoder that skips banned children never spends a beam on a branch that can only
+        end in banned items. Computed bottom-up over the banned nodes only (a parent is banned
+        when as many of its children are): a pass over every node per level made these tables
+        the catalog-size cost of each ``generate_sids`` call (bench/scale.py)."""
         if banned.dtype != torch.bool or banned.ndim != 2 or banned.shape[1] != self.n_items:
             raise ValueError(
                 f"banned must be a (batch, {self.n_items}) bool tensor, "
                 f"got {banned.dtype} {tuple(banned.shape)}"
             )
-        out = torch.ones(len(banned), self.dead_node + 1, dtype=torch.bool, device=self.device)
-        out[:, self._first_leaf : self.dead_node] = banned.to(self.device)[:, self._leaf_item]
-        for level in reversed(range(self.levels)):  # children before parents
-            lo, hi = self._level_bounds[level], self._level_bounds[level + 1]
-            parent = (self._edge_keys[lo:hi] // len(self._vocab)).expand(len(out), -1)
-            children = out[:, lo + 1 : hi + 1].clone()  # child of edge e is node e + 1
-            out.scatter_reduce_(1, parent, children, "amin", include_self=False)
+        width = self.dead_node + 1
+        out = torch.zeros(len(banned), width, dtype=torch.bool, device=self.device)
+        out[:, self.dead_node] = True
+        row, item = torch.nonzero(banned.to(self.device), as_tuple=True)
+        node = self._item_leaf[item]
+        out[row, node] = True
+        order = torch.argsort(row * width + node)  # by (row, node)
+        row, node = row[order], node[order]
+        children = self._offsets[1:] - self._offsets[:-1]
+        for _ in range(self.levels):  # children before parents, up to the root
+            parent = self._edge_keys[node - 1] // len(self._vocab)  # node v is edge v - 1's child
+            # parents ascend with their children's ids (edges are sorted), so keys stay sorted
+            key, count = torch.unique_consecutive(row * width + parent, return_counts=True)
+            full = count == children[key % width]
+            row, node = key[full] // width, key[full] % width
+            out[row, node] = True
         return out

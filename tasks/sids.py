@@ -234,9 +234,7 @@ def sids(settings: Settings) -> StageResult:
     final = resolution.codes
     before, after = collision_stats(codes.raw), collision_stats(final)
     assert after.collision_rate == 0.0, "collision resolution must leave every SID unique"
-    sid_map = {
-        item: [int(c) for c in row] for item, row in zip(items["item_id"], final, strict=True)
-    }
+    sid_map = dict(zip(items["item_id"], final.tolist(), strict=True))
     quantizer = codes.quantizer
     report: dict[str, Any] = {
         "dataset": settings.project.dataset,

@@ -48,7 +48,7 @@ def load_embeddings(settings: Settings, item_ids: list[str]) -> np.ndarray:
             rows=np.flatnonzero(bad)[:5].tolist(),
             values=[item_ids[row] for row in np.flatnonzero(bad)[:5]],
         )
-    return emb.astype(np.float32)
+    return emb.astype(np.float32, copy=False)
 
 
 class ItemEmbeddings(NamedTuple):
