@@ -117,8 +117,10 @@ class SidSFTTrainer(SFTTrainer):
         self.shard = ShardRecord()
 
     def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        ids = inputs["input_ids"]
-        self.shard.add([row[row != self._pad_token_id].tolist() for row in ids])
+        rows = inputs["input_ids"]
+        if self.shard.first_batch is None:  # only the first batch is fingerprinted
+            rows = [row[row != self._pad_token_id].tolist() for row in rows]
+        self.shard.add(rows)
         if self.item_corruption is not None:
             inputs = self.item_corruption(inputs)
         return super().training_step(model, inputs, *args, **kwargs)

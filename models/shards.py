@@ -18,7 +18,8 @@ class ShardRecord:
         self.first_batch: str | None = None
 
     def add(self, rows: Sequence[Sequence[int]]) -> None:
-        """One batch, as the token ids (or any integer ids) of each row."""
+        """One batch, as the token ids (or any integer ids) of each row; after the first batch
+        only its length is read."""
         if self.first_batch is None:
             digest = hashlib.sha256(repr([list(map(int, r)) for r in rows]).encode())
             self.first_batch = digest.hexdigest()[:16]
