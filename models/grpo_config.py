@@ -37,6 +37,17 @@ class SidGRPOConfig(GRPOConfig):
         },
     )
 
+    trie_mask: bool = field(
+        default=False,
+        metadata={
+            "help": "Normalize the policy's (and the reference model's) per-token log-probs over "
+            "the tokens the SID trie allows at that place (the children of the SID prefix so "
+            "far, EOS after a whole SID) instead of the whole vocabulary: the loss then moves "
+            "probability only between catalog items, never onto tokens the constrained decoder "
+            "cannot emit."
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.rollout not in ROLLOUTS:
             raise ValueError(f"rollout must be one of {ROLLOUTS}, got {self.rollout!r}")

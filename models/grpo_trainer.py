@@ -21,6 +21,11 @@ stays G distinct catalog items. Every rollout logs, before any insertion, how of
 was in the group (``rollout/target_in_group``) and its mean 1-based place there when it was
 (``rollout/target_rank``).
 
+With ``trie_mask`` a fourth override, of ``_get_per_token_logps_and_entropies``, computes the
+completions' log-probs (policy, old policy and reference) from the model's plain logits with
+everything the trie forbids at each place masked out, so the loss is over catalog items only
+(TRL's own path scores them over the whole vocabulary through its fused LM head).
+
 Two more small overrides hand the rollout facts to the rewards: the catalog row of each
 completion (``completion_item``) and its rank in the group (``rank``) become columns, and the
 batch's targets are read for ``ensure_target`` and the target logs. Rewards, advantages,
@@ -58,7 +63,12 @@ log = logging.getLogger(__name__)
 
 TESTED_TRL = "1.16.0"
 """The TRL release whose ``GRPOTrainer._generate_single_turn`` this subclass overrides."""
-_OVERRIDDEN = ("_generate_single_turn", "_generate_and_score_completions", "_calculate_rewards")
+_OVERRIDDEN = (
+    "_generate_single_turn",
+    "_generate_and_score_completions",
+    "_calculate_rewards",
+    "_get_per_token_logps_and_entropies",
+)
 
 
 def check_trl_version(version: str = trl.__version__) -> None:
@@ -76,6 +86,13 @@ def check_trl_version(version: str = trl.__version__) -> None:
         raise RuntimeError(
             f"GRPOTrainer._generate_single_turn{signature} no longer matches the tested "
             f"signature; SidGRPOTrainer needs updating for this TRL"
+        )
+    signature = inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies)
+    expected = ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"]
+    if list(signature.parameters)[: len(expected)] != expected:
+        raise RuntimeError(
+            f"GRPOTrainer._get_per_token_logps_and_entropies{signature} no longer matches the "
+            "tested signature; SidGRPOTrainer needs updating for this TRL"
         )
 
 
@@ -150,6 +167,51 @@ class SidGRPOTrainer(GRPOTrainer):
                 )
             )
         return rewards
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        if not self.sid_args.trie_mask:
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
+        if compute_aux_loss or any(v is not None for v in multimodal.values()):
+            raise ValueError(
+                "trie_mask scores text-only, dense models (no MoE aux loss, no images)"
+            )
+        batch_size = batch_size or input_ids.size(0)
+        eos = int(self.sid_tokenizer.eos_token_id)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids = input_ids[start : start + batch_size]
+            with self.accelerator.autocast():
+                logits = model(
+                    input_ids=ids,
+                    attention_mask=attention_mask[start : start + batch_size],
+                    logits_to_keep=logits_to_keep + 1,
+                    use_cache=False,
+                ).logits
+            # the logit at place t scores the token at t + 1
+            logits = logits[:, -logits_to_keep - 1 : -1].float() / self.temperature
+            logp, entropy = trie_masked_logps(self.trie, logits, ids[:, -logits_to_keep:], eos)
+            logps.append(logp)
+            entropies.append(entropy)
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     def _generate_single_turn(
         self,
@@ -317,6 +379,34 @@ class SidGRPOTrainer(GRPOTrainer):
         metrics["rollout/distinct_items"].append(_distinct_per_row(groups) / g)
         metrics["rollout/distinct_first_codes"].append(_distinct_per_row(first_codes))
         metrics["rollout/invalid_rate"].append(float((groups < 0).float().mean()))
+
+
+def trie_allowed(trie: SidTrie, completion: torch.Tensor, vocab: int, eos: int) -> torch.Tensor:
+    """(rows, K) completion token ids → (rows, K, vocab) bool: at each place, the tokens the
+    constrained decoder could emit after the completion so far (the trie's children of that
+    prefix; EOS only after a whole SID or after anything that is no SID prefix)."""
+    trie = trie.to(completion.device)
+    rows, places = completion.shape
+    allowed = torch.zeros(rows, places, vocab, dtype=torch.bool, device=completion.device)
+    for place in range(places):
+        node = trie.walk(completion[:, :place])  # no columns: the root
+        allowed[:, place].scatter_(1, trie.allowed_next(node, eos), True)
+    return allowed
+
+
+def trie_masked_logps(
+    trie: SidTrie, logits: torch.Tensor, completion: torch.Tensor, eos: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of ``completion`` (rows, K) under ``logits`` (rows, K, vocab)
+    renormalized over the trie-allowed tokens of each place, and each place's entropy over them.
+    A token the trie does not allow there (padding after EOS, masked out of TRL's loss) is
+    scored as if it were allowed, so its log-prob stays finite."""
+    allowed = trie_allowed(trie, completion, logits.shape[-1], eos)
+    allowed.scatter_(2, completion.unsqueeze(-1), True)
+    logp = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+    token_logp = logp.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp.masked_fill(~allowed, 0.0)).sum(-1)
+    return token_logp, entropy
 
 
 def _distinct_prompts(prompt_ids: list[list[int]], g: int) -> list[list[int]]:

@@ -74,7 +74,7 @@ def ranking_reward(
 class CollaborativeReward:
     """The SASRec baseline's probability of the generated item given the user's history
     (softmax over the full catalog), so the policy is pulled towards collaboratively
-    plausible items even when it misses the exact target."""
+    plausible items even when it misses the exact target; None for a prompt without history."""
 
     __name__ = "collaborative_reward"
 
@@ -94,14 +94,18 @@ class CollaborativeReward:
         from models.baselines.sasrec import _pad_left
 
         keys = [tuple(h) for h in history_index]
-        unique = list(dict.fromkeys(keys))  # rows of one group share a history: score it once
+        # rows of one group share a history: score it once; an empty one (a title→SID prompt,
+        # grpo.title_prompts) has nothing for SASRec to read and is left unscored (None)
+        unique = [key for key in dict.fromkeys(keys) if key]
+        if not unique:
+            return [None] * len(keys)
         device = next(self.model.parameters()).device
         with self.model.inference():
             hidden = self.model(_pad_left(unique, self.max_len).to(device))[:, -1]
             probs = self.model.scores(hidden).float().softmax(-1).cpu().numpy()
         row = {key: i for i, key in enumerate(unique)}
         return [
-            float(probs[row[key], item]) if item >= 0 else None
+            float(probs[row[key], item]) if item >= 0 and key else None
             for key, item in zip(keys, completion_item, strict=True)
         ]
 

@@ -420,6 +420,15 @@ class GrpoConfig(_Section):
     """Optimizer steps."""
     rows_per_user: int | None = Field(2, ge=1)
     """Training prompts: each user's most recent train rows (null = all)."""
+    trie_mask: bool = False
+    """Score the completions' log-probs over the tokens the SID trie allows at each place
+    (children of the prefix, EOS after a whole SID) instead of the whole vocabulary, so the
+    update moves probability between catalog items only. false: TRL's own scoring."""
+    title_prompts: float = Field(0.0, ge=0, lt=1)
+    """Share of the training prompts that are title→SID prompts (``The item titled "…" has the
+    ID:``, the SFT alignment task; MiniOneRec mixes them into its RL data): catalog items in a
+    seeded order, each its own target, no history (the collaborative reward leaves them out)
+    and no exclusions. 0 = history prompts only."""
     eval_every: int = Field(50, ge=1)
     """Steps between validation HR/NDCG runs; the best model by validation NDCG@10 is kept."""
     eval_users: int | None = Field(None, ge=1)

@@ -28,7 +28,7 @@ from models.baselines.sasrec import load_baseline
 from models.constrained import sid_regex
 from models.grpo_callbacks import SampleSink
 from models.lm import replace_dir
-from models.prompts import PromptBuilder
+from models.prompts import PromptBuilder, title2sid_prompt
 from models.rewards import (
     DENSE_REWARDS,
     CollaborativeReward,
@@ -100,7 +100,37 @@ def training_rows(
         seen = encode_histories(items_before(train, rows), index, "train histories")
         for row, items in zip(out, seen, strict=True):
             row["exclude_index"] = items
+    share = settings.grpo.title_prompts
+    if share > 0:
+        count = round(share * len(out) / (1 - share))
+        out += title_rows(
+            builder, index, count, settings.project.seed, settings.evaluate.exclude_seen
+        )
     return out
+
+
+def title_rows(
+    builder: PromptBuilder, index: dict[str, int], count: int, seed: int, exclude_seen: bool
+) -> list[dict[str, Any]]:
+    """``count`` title→SID prompts (``grpo.title_prompts``): the catalog's items in a seeded
+    random order, repeated as often as ``count`` needs, each prompt its own item's target. They
+    carry no history (the collaborative reward leaves them out) and exclude nothing."""
+    items = list(builder.titles)
+    rng = np.random.default_rng(seed)
+    rounds = -(-count // len(items)) if items else 0
+    order = [i for _ in range(rounds) for i in rng.permutation(len(items))][:count]
+    rows: list[dict[str, Any]] = []
+    for i in order:
+        item = items[i]
+        row: dict[str, Any] = {
+            "prompt": title2sid_prompt(builder.titles[item]),
+            "target_index": index[item],
+            "history_index": [],
+        }
+        if exclude_seen:
+            row["exclude_index"] = []
+        rows.append(row)
+    return rows
 
 
 def reward_functions(
@@ -176,6 +206,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
                 rollout=cfg.rollout,
                 oversample=cfg.oversample,
                 ensure_target=cfg.ensure_target,
+                trie_mask=cfg.trie_mask,
                 num_generations=cfg.num_generations,
                 # whole groups on every process (models/grpo_trainer.py)
                 per_device_train_batch_size=prompts_per_process * cfg.num_generations,

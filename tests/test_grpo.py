@@ -154,3 +154,46 @@ def test_training_prompts_carry_what_the_user_had_before_under_exclude_seen(
     for row, target in zip(rows, recent["target"], strict=True):
         assert index[target] not in row["exclude_index"]  # the synthetic users never repeat
         assert set(row["history_index"]) <= set(row["exclude_index"])
+
+
+@pytest.mark.parametrize("exclude_seen", [True, False])
+def test_title_prompts_take_their_share_of_the_training_prompts(
+    grpo_settings, synthetic_project, exclude_seen
+):
+    from types import SimpleNamespace
+
+    from models.baselines import catalog_index
+    from models.prompts import title2sid_prompt
+    from tasks.grpo import training_rows
+    from tasks.shared.inputs import read_split
+
+    settings = grpo_settings()
+    train = read_split(settings, "train")
+    items = sorted({*train["target"], *(i for h in train["history"] for i in h)})
+    index = catalog_index(items)
+    titles = {item: f"Title of {item}" for item in items}
+    builder = SimpleNamespace(history_prompt=lambda history: " ".join(history), titles=titles)
+
+    def rows_with(share: float, seed: int = 0) -> list[dict]:
+        s = synthetic_project.settings(
+            settings.paths.data_dir.parent,
+            grpo={**GRPO, "rows_per_user": 2, "title_prompts": share},
+            evaluate={"exclude_seen": exclude_seen},
+            project={"seed": seed},
+        )
+        return training_rows(s, builder, train, index)  # type: ignore[arg-type]
+
+    plain = rows_with(0.0)
+    mixed = rows_with(0.5)
+    assert mixed[: len(plain)] == plain  # the history prompts are untouched
+    titled = mixed[len(plain) :]
+    assert len(titled) == len(plain)  # a share of 0.5: as many title prompts as history prompts
+    by_prompt = {title2sid_prompt(t): index[i] for i, t in titles.items()}
+    assert all(by_prompt[r["prompt"]] == r["target_index"] for r in titled)
+    assert all(r["history_index"] == [] for r in titled)
+    assert all(r.get("exclude_index") == [] for r in titled) is exclude_seen
+    # each item once before any repeats, in an order the seed fixes
+    firsts = [r["target_index"] for r in titled[: len(items)]]
+    assert len(set(firsts)) == len(firsts)
+    assert rows_with(0.5) == mixed and rows_with(0.5, seed=1) != mixed
+    assert len(rows_with(0.25)) - len(plain) == round(len(plain) / 3)

@@ -432,3 +432,62 @@ def test_training_on_a_gpu_keeps_rollouts_valid_and_moves_parameters(tmp_path, t
         assert (groups >= 0).all() and (groups < N_ITEMS).all()
         if rollout == "beam":
             assert all(len(set(g.tolist())) == G for g in groups)
+
+
+@pytest.mark.parametrize("trie_mask", [True, False])
+def test_trie_masked_log_probs_are_a_distribution_over_the_catalog(tmp_path, tiny, trie_mask):
+    """The trainer's per-token log-probs of every catalog item's completion after one prompt:
+    with ``trie_mask`` their item probabilities sum to 1 (nothing is left on tokens the decoder
+    cannot emit), each place being the plain scores renormalized over the trie's children there;
+    without it they are the whole-vocabulary scores TRL computes."""
+    tokenizer, sid_map, trie = tiny
+    trainer, _ = _trainer(tmp_path, tiny, trie_mask=trie_mask)
+    model = trainer.model.eval()
+    eos = torch.full((trie.n_items, 1), tokenizer.eos_token_id)
+    completions = torch.cat([trie.sid_token_ids, eos], dim=1)
+    prompt = torch.tensor(tokenizer(seq_rec_prompt([sid_map["i3"]]))["input_ids"])
+    sequences = torch.cat([prompt.expand(trie.n_items, -1), completions], dim=1)
+    places = LEVELS + 1
+    with torch.no_grad():
+        token_logp, entropy, _ = trainer._get_per_token_logps_and_entropies(
+            model, sequences, torch.ones_like(sequences), places, compute_entropy=True
+        )
+        # outside the trainer's autocast: the two agree to bf16 precision
+        plain = model(sequences).logits[:, -places - 1 : -1].float().log_softmax(-1)
+    plain_token = plain.gather(2, completions.unsqueeze(2)).squeeze(2)
+    item_p = token_logp.sum(1).exp()
+    assert token_logp.shape == entropy.shape == (trie.n_items, places)
+    if not trie_mask:
+        assert torch.allclose(token_logp, plain_token, atol=5e-3)
+        assert float(item_p.sum()) < 0.9  # a random model leaves mass on other tokens
+        return
+    assert float(item_p.sum()) == pytest.approx(1.0, abs=1e-5)
+    first_codes = trie.sid_token_ids[:, 0].unique()
+    expected_first = plain_token[:, 0] - plain[0, 0, first_codes].logsumexp(0)
+    assert torch.allclose(token_logp[:, 0], expected_first, atol=5e-3)
+    assert token_logp[:, -1].abs().max() < 1e-6  # EOS is the only token after a whole SID
+    assert entropy[:, -1].abs().max() < 1e-6 and (entropy[:, 0] > 0).all()
+
+
+def test_trie_allowed_marks_the_children_of_each_prefix(tiny):
+    from models.grpo_trainer import trie_allowed
+
+    tokenizer, _, trie = tiny
+    eos = tokenizer.eos_token_id
+    completion = torch.cat([trie.sid_token_ids[[0, 7]], torch.full((2, 1), eos)], dim=1)
+    allowed = trie_allowed(trie, completion, len(tokenizer), eos)
+    first_codes = set(trie.sid_token_ids[:, 0].tolist())
+    assert set(allowed[0, 0].nonzero().flatten().tolist()) == first_codes
+    for row, item in enumerate([0, 7]):
+        siblings = trie.sid_token_ids[trie.sid_token_ids[:, 0] == trie.sid_token_ids[item, 0], 1]
+        assert set(allowed[row, 1].nonzero().flatten().tolist()) == set(siblings.tolist())
+        assert allowed[row, 2].nonzero().flatten().tolist() == [eos]  # after a whole SID
+
+
+def test_a_trie_masked_step_trains(tmp_path, tiny):
+    trainer, batches = _trainer(tmp_path, tiny, trie_mask=True)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert batches and losses and all(math.isfinite(v) for v in losses)

@@ -68,6 +68,23 @@ def test_collaborative_reward_is_sasrec_probability_of_the_item():
     assert all(0 < v < 1 for v in out)
 
 
+def test_collaborative_reward_leaves_prompts_without_history_unscored():
+    from models.baselines.sasrec import SASRec, SASRecConfig
+
+    torch.manual_seed(0)
+    config = SASRecConfig(hidden=8, heads=1, blocks=1, max_len=5)
+    model = SASRec(item_ids=[f"i{n}" for n in range(6)], config=config)
+    reward = CollaborativeReward(model=model, max_len=5)
+    alone = reward(["x"] * 6, completion_item=list(range(6)), history_index=[[0, 1]] * 6)
+    # a title→SID group (no history) next to a history group: only the latter is scored, as alone
+    mixed = reward(
+        ["x"] * 12, completion_item=list(range(6)) * 2, history_index=[[]] * 6 + [[0, 1]] * 6
+    )
+    assert mixed[:6] == [None] * 6
+    assert mixed[6:] == pytest.approx(alone)
+    assert reward(["x"] * 2, completion_item=[0, 1], history_index=[[], []]) == [None, None]
+
+
 def test_non_finite_guard_counts_and_drops_nan_and_inf():
     logged = {}
     guard = NonFiniteGuard(lambda completions, **_: [1.0, math.nan, math.inf, None], "flaky")
