@@ -102,6 +102,12 @@ def training_rows(
             row["exclude_index"] = items
     share = settings.grpo.title_prompts
     if share > 0:
+        if "title2sid" not in settings.sft.tasks:
+            log.warning(
+                "grpo.title_prompts=%s but sft.tasks has no title2sid: the SFT model never saw "
+                "the title prompt",
+                share,
+            )
         count = round(share * len(out) / (1 - share))
         out += title_rows(
             builder, index, count, settings.project.seed, settings.evaluate.exclude_seen
