@@ -56,25 +56,25 @@ def test_semantic_reward_is_cosine_similarity_to_the_target():
     assert out[2] is None  # not an item: unscorable
 
 
-def test_collaborative_reward_is_sasrec_probability_of_the_item():
+def _collaborative_reward() -> CollaborativeReward:
+    """The collaborative reward of a random 6-item SASRec."""
     from models.baselines.sasrec import SASRec, SASRecConfig
 
     torch.manual_seed(0)
     config = SASRecConfig(hidden=8, heads=1, blocks=1, max_len=5)
     model = SASRec(item_ids=[f"i{n}" for n in range(6)], config=config)
-    reward = CollaborativeReward(model=model, max_len=5)
+    return CollaborativeReward(model=model, max_len=5)
+
+
+def test_collaborative_reward_is_sasrec_probability_of_the_item():
+    reward = _collaborative_reward()
     out = reward(["x"] * 6, completion_item=list(range(6)), history_index=[[0, 1]] * 6)
     assert sum(out) == pytest.approx(1.0, abs=1e-5)  # a distribution over the catalog
     assert all(0 < v < 1 for v in out)
 
 
 def test_collaborative_reward_leaves_prompts_without_history_unscored():
-    from models.baselines.sasrec import SASRec, SASRecConfig
-
-    torch.manual_seed(0)
-    config = SASRecConfig(hidden=8, heads=1, blocks=1, max_len=5)
-    model = SASRec(item_ids=[f"i{n}" for n in range(6)], config=config)
-    reward = CollaborativeReward(model=model, max_len=5)
+    reward = _collaborative_reward()
     alone = reward(["x"] * 6, completion_item=list(range(6)), history_index=[[0, 1]] * 6)
     # a title→SID group (no history) next to a history group: only the latter is scored, as alone
     mixed = reward(
