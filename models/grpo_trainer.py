@@ -62,7 +62,7 @@ from models.sid_trie import SidTrie
 log = logging.getLogger(__name__)
 
 TESTED_TRL = "1.16.0"
-"""The TRL release whose ``GRPOTrainer._generate_single_turn`` this subclass overrides."""
+"""The TRL release whose private ``GRPOTrainer`` methods (``_OVERRIDDEN``) this subclass overrides."""
 _OVERRIDDEN = (
     "_generate_single_turn",
     "_generate_and_score_completions",
