@@ -304,7 +304,7 @@ class SftConfig(_Section):
     max_rows_per_user: int | None = Field(None, ge=1)
     """rows objective and title_history: keep each user's most recent training rows
     (null = all)."""
-    epochs: float = Field(10.0, gt=0)
+    epochs: float = Field(14.0, gt=0)
     """Planned epochs (the learning-rate schedule spans them); early stopping may end sooner."""
     packing: bool = True
     """Pack several examples into each row of up to ``model.max_length`` tokens (TRL's ``bfd``;
@@ -416,7 +416,7 @@ class GrpoConfig(_Section):
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradient-norm clipping."""
-    max_steps: int = Field(150, ge=1)
+    max_steps: int = Field(100, ge=1)
     """Optimizer steps."""
     rows_per_user: int | None = Field(2, ge=1)
     """Training prompts: each user's most recent train rows (null = all)."""
