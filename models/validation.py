@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 from transformers import TrainerCallback
@@ -31,6 +32,10 @@ class ValidationCallback(TrainerCallback):
     whether to stop: a process that stopped alone would leave the others waiting forever.
     ``save_best`` is called on every process too (gathering sharded parameters is collective);
     it writes on the main process only.
+
+    ``weights(model)``, when given, is a context that puts other weights into the model for a
+    validation and the save that may follow (``models.weight_average.WeightAverage.applied``:
+    the moving average of the weights is judged and kept, not the last step's).
     """
 
     def __init__(
@@ -43,6 +48,7 @@ class ValidationCallback(TrainerCallback):
         at_start: bool = True,
         patience: int | None = None,
         metric: str = "ndcg@10",
+        weights: Callable[[Any], AbstractContextManager[Any]] | None = None,
     ):
         if every < 1 or (patience is not None and patience < 1):
             raise ValueError(f"need every >= 1 and patience >= 1, got {every}, {patience}")
@@ -52,6 +58,7 @@ class ValidationCallback(TrainerCallback):
         self.at_start = at_start
         self.patience = patience
         self.metric = metric
+        self.weights = weights or (lambda _model: nullcontext())
         self.history: list[dict[str, float]] = []
         self.best: dict[str, float] | None = None
         self.stale = 0
@@ -78,6 +85,10 @@ class ValidationCallback(TrainerCallback):
         step = int(state.global_step)
         if self.history and self.history[-1]["step"] == step:
             return
+        with self.weights(model):
+            self._judge(step, state, control, model)
+
+    def _judge(self, step: int, state: Any, control: Any, model: Any) -> None:
         was_training = model.training
         model.eval()
         try:

@@ -215,3 +215,30 @@ def test_smollm2_preset_with_lora_trains_saves_and_evaluates(prepared, synthetic
     assert tokenizer.convert_tokens_to_ids("<b_7>") >= 49152  # added after SmolLM2's own vocabulary
     report = evaluate(settings).metrics
     assert report["test"]["sft"]["invalid_rate"] == 0.0 and report["test_rows"] == 4
+
+
+@pytest.mark.slow
+def test_the_moving_average_of_the_weights_is_the_model_kept(prepared, monkeypatch):
+    from models import weight_average
+
+    seen: list[tuple[weight_average.WeightAverage, torch.nn.Module]] = []
+    original = weight_average.WeightAverage.on_train_begin
+
+    def record(self, args, state, control, model=None, **kwargs):
+        seen.append((self, model))
+        return original(self, args, state, control, model=model, **kwargs)
+
+    monkeypatch.setattr(weight_average.WeightAverage, "on_train_begin", record)
+    # one epoch: one validation, at the end, so the average after the last step is the model kept
+    settings = prepared.model_copy(
+        update={"sft": prepared.sft.model_copy(update={"epochs": 1, "ema_decay": 0.9})}
+    )
+    result = sft(settings)
+    assert result.metrics["ema_decay"] == 0.9 and len(seen) == 1
+    average, trained = seen[0]
+    kept, _ = load_model_dir(settings.paths.sft_model)
+    averaged = dict(average.averaged.module.named_parameters())
+    last = dict(trained.named_parameters())  # the live weights after the last step
+    for name, param in kept.named_parameters():
+        torch.testing.assert_close(param, averaged[name])
+    assert any(not torch.allclose(p, last[n]) for n, p in kept.named_parameters())

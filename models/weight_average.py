@@ -1,0 +1,70 @@
+"""An exponential moving average of the weights while a model trains, for validation to judge
+and keep instead of the last step's weights (``sft.ema_decay``).
+
+The average is torch's :class:`~torch.optim.swa_utils.AveragedModel` with its EMA update
+(``get_ema_multi_avg_fn``), refreshed after every optimizer step. :meth:`WeightAverage.applied`
+puts the averaged weights into the training model for the length of a ``with`` block (a
+validation and, when it improves, the save of the kept model) and gives the live weights back
+afterwards, so the optimizer never sees the average.
+
+The average is built at ``on_train_begin`` from the model the trainer hands to its callbacks:
+that is the model it trains, after any PEFT wrapping, so both hold the same parameters in the
+same order. Parameters sharded across processes (FSDP) are not averaged: each process would
+hold its shard only, so the run is refused with a message instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from transformers import TrainerCallback
+
+
+class WeightAverage(TrainerCallback):
+    """EMA of the trained model's parameters: ``avg = decay * avg + (1 - decay) * weights``
+    after every optimizer step (the first step copies). ``decay`` 0.995 averages over roughly
+    the last 200 steps."""
+
+    def __init__(self, decay: float, setting: str = "sft.ema_decay"):
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"{setting} must lie in (0, 1), got {decay}")
+        self.decay = decay
+        self.setting = setting
+        self.averaged: AveragedModel | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
+        if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+            raise ValueError(
+                f"{self.setting} averages whole parameters, and FSDP shards them across "
+                f"processes: set {self.setting}: null or launch without the FSDP config"
+            )
+        self.averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(self.decay))
+        self.averaged.requires_grad_(False)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
+        assert self.averaged is not None, "on_train_begin builds the average"
+        self.averaged.update_parameters(model)
+
+    @contextmanager
+    def applied(self, model: torch.nn.Module) -> Iterator[None]:
+        """The averaged weights in ``model`` inside the block, its own weights again after it
+        (however the block ends). Before the first step this is the model as it started."""
+        if self.averaged is None:  # no training yet: nothing to average
+            yield
+            return
+        params = list(model.parameters())
+        live = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for p, a in zip(params, self.averaged.module.parameters(), strict=True):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, saved in zip(params, live, strict=True):
+                    p.copy_(saved)
