@@ -433,6 +433,10 @@ class GrpoConfig(_Section):
     ID:``, the SFT alignment task; MiniOneRec mixes them into its RL data): catalog items in a
     seeded order, each its own target, no history (the collaborative reward leaves them out)
     and no exclusions. 0 = history prompts only."""
+    ema_decay: float | None = Field(None, gt=0, lt=1)
+    """A moving average of the policy's weights, updated after every step with this decay;
+    validation judges, and the stage keeps, the average (rollouts still come from the live
+    policy). null: the weights as trained."""
     eval_every: int = Field(50, ge=1)
     """Steps between validation HR/NDCG runs; the best model by validation NDCG@10 is kept."""
     eval_users: int | None = Field(None, ge=1)

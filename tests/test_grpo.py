@@ -197,3 +197,31 @@ def test_title_prompts_take_their_share_of_the_training_prompts(
     assert len(set(firsts)) == len(firsts)
     assert rows_with(0.5) == mixed and rows_with(0.5, seed=1) != mixed
     assert len(rows_with(0.25)) - len(plain) == round(len(plain) / 3)
+
+
+@pytest.mark.slow
+def test_with_a_moving_average_the_judged_average_is_the_model_kept(grpo_trained, monkeypatch):
+    import torch
+
+    from models import weight_average
+
+    judged: list[dict[str, torch.Tensor]] = []
+    applied = weight_average.WeightAverage.applied
+
+    def record(self, model):
+        judged.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        return applied(self, model)
+
+    monkeypatch.setattr(weight_average.WeightAverage, "applied", record)
+    settings = grpo_trained(ema_decay=0.5, max_steps=4, eval_every=2)
+    m = grpo(settings).metrics
+    assert [r["step"] for r in m["valid_history"]] == [0, 2, 4] and len(judged) == 3
+    live = judged[m["valid_history"].index(max(m["valid_history"], key=lambda r: r["ndcg@10"]))]
+    kept, _ = load_model_dir(settings.paths.grpo_model)
+    # `record` saw the live weights as each validation began; the kept model is an average,
+    # so it differs from the live weights of any step after the first
+    if m["best_step"] > 0:
+        assert any(not torch.allclose(p, live[n]) for n, p in kept.named_parameters())
+    else:
+        for n, p in kept.named_parameters():
+            torch.testing.assert_close(p, live[n])  # step 0: the average is the SFT model
