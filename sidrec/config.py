@@ -304,6 +304,10 @@ class SftConfig(_Section):
     max_rows_per_user: int | None = Field(None, ge=1)
     """rows objective and title_history: keep each user's most recent training rows
     (null = all)."""
+    holdout_recent: int = Field(0, ge=0)
+    """Each user's most recent train rows that SFT leaves out, as targets and as context (a
+    user keeps at least one row); GRPO's prompts (``grpo.rows_per_user``, the most recent rows)
+    then ask for items the SFT model never trained on. 0: SFT trains on every train row."""
     epochs: float = Field(14.0, gt=0)
     """Planned epochs (the learning-rate schedule spans them); early stopping may end sooner."""
     packing: bool = True

@@ -149,10 +149,24 @@ def sequence_windows(train: pd.DataFrame, window: int) -> list[list[str]]:
     ]
 
 
+def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:
+    """The train rows less each user's ``per_user`` most recent ones (a user keeps its oldest row
+    at least); the rest still chain into one sequence per user, its newest items cut off."""
+    if per_user == 0:
+        return train
+    ordered = train.sort_values("timestamp", kind="stable")
+    from_newest = ordered.groupby("user_id", sort=False).cumcount(ascending=False)
+    rows = ordered.groupby("user_id", sort=False)["user_id"].transform("size")
+    keep = from_newest >= per_user
+    keep |= from_newest == rows - 1  # the oldest row of a user with too few
+    return ordered[keep].sort_index()
+
+
 def build_datasets(
     settings: Settings, builder: PromptBuilder, train: pd.DataFrame, valid: pd.DataFrame
 ) -> tuple[list[Example], list[Example]]:
     cfg = settings.sft
+    train = without_recent_rows(train, cfg.holdout_recent)
     rows = recent_rows(train, cfg.max_rows_per_user)
     examples: list[Example] = []
     for task_name in cfg.tasks:
@@ -306,6 +320,7 @@ def sft(settings: Settings) -> StageResult:
         "tasks": list(cfg.tasks),
         "dropout": cfg.dropout,
         "corrupt_items": cfg.corrupt_items,
+        "holdout_recent": cfg.holdout_recent,
         "ema_decay": cfg.ema_decay,
         "train_examples": len(examples),
         "eval_examples": len(evals),
