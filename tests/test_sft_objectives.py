@@ -11,7 +11,7 @@ import pytest
 from models.lm import load_model_dir
 from models.prompts import prompt_format
 from sidrec.errors import ConfigError
-from tasks.sft import check_window, sequence_windows
+from tasks.sft import build_datasets, check_window, sequence_windows, without_recent_rows
 from tasks.shared.inputs import load_catalog_and_map, load_recommender
 
 
@@ -36,6 +36,45 @@ def test_windows_hold_every_interaction_once_newest_first():
     ]
     flat = [i for w in windows for i in w]
     assert sorted(flat) == sorted(i for s in sequences.values() for i in s)
+
+
+def test_holding_out_recent_rows_cuts_each_users_newest_items_and_keeps_one_row():
+    sequences = {"u1": [f"a{k}" for k in range(6)], "u2": ["b0", "b1", "b2"], "u3": ["c0", "c1"]}
+    train = _train(sequences)
+    kept = without_recent_rows(train, 2)
+    # u1 loses targets a4, a5; u2 (2 rows) and u3 (1 row) keep their oldest row
+    assert sorted(kept["target"]) == ["a1", "a2", "a3", "b1", "c1"]
+    assert sequence_windows(kept, window=10) == [
+        ["a0", "a1", "a2", "a3"],
+        ["b0", "b1"],
+        ["c0", "c1"],
+    ]
+    assert without_recent_rows(train, 0) is train
+
+
+class _Recorder:
+    """A prompt builder that hands back what it was asked to build."""
+
+    def sequence_example(self, window):
+        return ("window", tuple(window))
+
+    def history_example(self, history, target, by_title):
+        return ("row", tuple(history), target)
+
+
+def test_sft_trains_without_the_held_out_rows(make_settings, project):
+    train = _train({"u1": [f"a{k}" for k in range(6)]})
+    valid = pd.DataFrame(
+        {"user_id": ["u1"], "history": [["a3", "a4", "a5"]], "target": ["a6"], "timestamp": [9]}
+    )
+    settings = make_settings(project, sft={"holdout_recent": 2, "tasks": ["seq_rec"]})
+    examples, _ = build_datasets(settings, _Recorder(), train, valid)
+    assert examples == [("window", ("a0", "a1", "a2", "a3"))]
+    rows = make_settings(
+        project, sft={"holdout_recent": 2, "tasks": ["seq_rec"], "objective": "rows"}
+    )
+    examples, _ = build_datasets(rows, _Recorder(), train, valid)
+    assert [e[2] for e in examples] == ["a1", "a2", "a3"]
 
 
 def test_a_window_longer_than_the_context_is_a_config_error(make_settings, project):
