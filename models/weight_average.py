@@ -15,6 +15,7 @@ hold its shard only, so the run is refused with a message instead.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,11 +25,14 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from transformers import TrainerCallback
 
+log = logging.getLogger(__name__)
+
 
 class WeightAverage(TrainerCallback):
     """EMA of the trained model's parameters: ``avg = decay * avg + (1 - decay) * weights``
     after every optimizer step (the first step copies). ``decay`` 0.995 averages over roughly
-    the last 200 steps."""
+    the last 200 steps; a run shorter than twice that averages over its last half
+    (:meth:`decay_for`)."""
 
     def __init__(self, decay: float, setting: str = "sft.ema_decay"):
         if not 0.0 < decay < 1.0:
@@ -43,8 +47,23 @@ class WeightAverage(TrainerCallback):
                 f"{self.setting} averages whole parameters, and FSDP shards them across "
                 f"processes: set {self.setting}: null or launch without the FSDP config"
             )
-        self.averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(self.decay))
+        decay = self.decay_for(int(state.max_steps))
+        if decay < self.decay:
+            log.info(
+                "%s %s spans more than half of the %d planned steps: averaging with %.4f",
+                self.setting,
+                self.decay,
+                state.max_steps,
+                decay,
+            )
+        self.averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))
         self.averaged.requires_grad_(False)
+
+    def decay_for(self, steps: int) -> float:
+        """The decay for a run of ``steps`` optimizer steps: the configured one, or less where
+        its span (``1 / (1 - decay)`` steps) would exceed half the run, which would leave the
+        average mostly the first steps' weights."""
+        return max(0.0, min(self.decay, 1.0 - 2.0 / max(steps, 1)))
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
         assert self.averaged is not None, "on_train_begin builds the average"

@@ -12,6 +12,7 @@ from models.validation import ValidationCallback
 from models.weight_average import WeightAverage
 
 NONE = SimpleNamespace()
+LONG = SimpleNamespace(max_steps=1000)  # a run long enough for every decay used here
 
 
 def _set(model: torch.nn.Linear, value: float) -> None:
@@ -23,7 +24,7 @@ def _set(model: torch.nn.Linear, value: float) -> None:
 def test_the_average_follows_every_step_with_the_decay():
     model, average = torch.nn.Linear(2, 1), WeightAverage(0.5)
     _set(model, 1.0)
-    average.on_train_begin(NONE, NONE, NONE, model=model)
+    average.on_train_begin(NONE, LONG, NONE, model=model)
     for value in (2.0, 4.0, 8.0):  # the first step copies, then avg = 0.5 avg + 0.5 w
         _set(model, value)
         average.on_step_end(NONE, NONE, NONE, model=model)
@@ -39,7 +40,7 @@ def test_the_average_follows_every_step_with_the_decay():
 def test_the_live_weights_come_back_when_the_block_fails():
     model, average = torch.nn.Linear(2, 1), WeightAverage(0.9)
     _set(model, 1.0)
-    average.on_train_begin(NONE, NONE, NONE, model=model)
+    average.on_train_begin(NONE, LONG, NONE, model=model)
     average.on_step_end(NONE, NONE, NONE, model=model)
     _set(model, 3.0)
     weight = model.weight
@@ -47,6 +48,21 @@ def test_the_live_weights_come_back_when_the_block_fails():
         assert torch.allclose(model.weight, torch.ones(1, 2))
         raise RuntimeError("boom")
     assert model.weight is weight and torch.allclose(model.weight, torch.full((1, 2), 3.0))
+
+
+def test_a_short_run_averages_over_its_last_half_at_most():
+    average = WeightAverage(0.995)  # spans ~200 steps
+    assert average.decay_for(1204) == 0.995  # the default SFT run: unchanged
+    assert average.decay_for(100) == pytest.approx(0.98)  # ~50 steps
+    assert average.decay_for(2) == 0.0 and average.decay_for(0) == 0.0  # the last weights
+    model = torch.nn.Linear(1, 1)
+    average.on_train_begin(NONE, SimpleNamespace(max_steps=2), NONE, model=model)
+    _set(model, 3.0)
+    average.on_step_end(NONE, NONE, NONE, model=model)
+    _set(model, 5.0)
+    average.on_step_end(NONE, NONE, NONE, model=model)
+    with average.applied(model):
+        assert model.weight.item() == 5.0
 
 
 @pytest.mark.parametrize("decay", [0.0, 1.0, 1.5])
@@ -58,7 +74,7 @@ def test_a_decay_outside_zero_and_one_is_refused(decay):
 def test_fsdp_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     with pytest.raises(ValueError, match="sft.ema_decay .* FSDP"):
-        WeightAverage(0.99).on_train_begin(NONE, NONE, NONE, model=torch.nn.Linear(1, 1))
+        WeightAverage(0.99).on_train_begin(NONE, LONG, NONE, model=torch.nn.Linear(1, 1))
 
 
 def test_validation_judges_and_keeps_the_average_and_training_goes_on_with_its_weights():
@@ -77,7 +93,7 @@ def test_validation_judges_and_keeps_the_average_and_training_goes_on_with_its_w
         at_start=False,
         weights=average.applied,
     )
-    state = SimpleNamespace(global_step=0, epoch=0.0, max_steps=2)
+    state = SimpleNamespace(global_step=0, epoch=0.0, max_steps=4)  # decay 0.5 stays
     control = SimpleNamespace(should_training_stop=False)
     _set(model, 0.0)
     for callback in (average, validator):  # the order sft.py registers them in
