@@ -337,7 +337,7 @@ class SftConfig(_Section):
     """An exponential moving average of the weights, updated after every optimizer step with
     this decay (0.995: about the last 200 steps); validation judges, and the stage keeps, the
     average instead of the last step's weights. null: the weights as trained. On MovieLens it
-    raised SFT's test NDCG@10 on each of 3 seeds (docs/benchmarks.md)."""
+    raised SFT's test NDCG@10 in 3 of 4 seeds (docs/benchmarks.md)."""
     eval_every: int = Field(2, ge=1)
     """Epochs between validations (NDCG@10 on the validation selection users, ranked as
     evaluate ranks); the best model is kept."""
