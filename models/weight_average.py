@@ -9,7 +9,7 @@ afterwards, so the optimizer never sees the average.
 
 The average is built at ``on_train_begin`` from the model the trainer hands to its callbacks:
 that is the model it trains, after any PEFT wrapping, so both hold the same parameters in the
-same order. Parameters sharded across processes (FSDP) are not averaged: each process would
+same order. Parameters sharded across processes (FSDP, DeepSpeed ZeRO-3) are not averaged: each process would
 hold its shard only, so the run is refused with a message instead.
 """
 
@@ -42,10 +42,11 @@ class WeightAverage(TrainerCallback):
         self.averaged: AveragedModel | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
-        if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+        fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+        if fsdp or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
             raise ValueError(
-                f"{self.setting} averages whole parameters, and FSDP shards them across "
-                f"processes: set {self.setting}: null or launch without the FSDP config"
+                f"{self.setting} averages whole parameters, and FSDP / DeepSpeed ZeRO-3 shard "
+                f"them across processes: set {self.setting}: null or launch with another config"
             )
         decay = self.decay_for(int(state.max_steps))
         if decay < self.decay:

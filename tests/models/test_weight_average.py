@@ -71,9 +71,12 @@ def test_a_decay_outside_zero_and_one_is_refused(decay):
         WeightAverage(decay)
 
 
-def test_fsdp_is_refused_by_name(monkeypatch):
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    with pytest.raises(ValueError, match="sft.ema_decay .* FSDP"):
+@pytest.mark.parametrize(
+    "env", [("ACCELERATE_USE_FSDP", "true"), ("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")]
+)
+def test_sharded_parameters_are_refused_by_name(monkeypatch, env):
+    monkeypatch.setenv(*env)
+    with pytest.raises(ValueError, match="sft.ema_decay .* FSDP / DeepSpeed ZeRO-3"):
         WeightAverage(0.99).on_train_begin(NONE, LONG, NONE, model=torch.nn.Linear(1, 1))
 
 
