@@ -25,6 +25,8 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from transformers import TrainerCallback
 
+from models.validation import ValidationCallback
+
 log = logging.getLogger(__name__)
 
 
@@ -74,9 +76,7 @@ class WeightAverage(TrainerCallback):
     def applied(self, model: torch.nn.Module) -> Iterator[None]:
         """The averaged weights in ``model`` inside the block, its own weights again after it
         (however the block ends). Before the first step this is the model as it started."""
-        if self.averaged is None:  # no training yet: nothing to average
-            yield
-            return
+        assert self.averaged is not None, "on_train_begin builds the average"
         params = list(model.parameters())
         live = [p.detach().clone() for p in params]
         with torch.no_grad():
@@ -88,3 +88,16 @@ class WeightAverage(TrainerCallback):
             with torch.no_grad():
                 for p, saved in zip(params, live, strict=True):
                     p.copy_(saved)
+
+
+def with_average(
+    validator: ValidationCallback, decay: float | None, setting: str
+) -> list[TrainerCallback]:
+    """The trainer's callbacks for ``validator``: itself alone (``decay`` None), or a
+    :class:`WeightAverage` ahead of it whose average it judges and keeps (ahead, so the average
+    includes a step before a validation at that step's end)."""
+    if decay is None:
+        return [validator]
+    average = WeightAverage(decay, setting)
+    validator.weights = average.applied
+    return [average, validator]

@@ -178,7 +178,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     from models.grpo_config import SidGRPOConfig
     from models.grpo_trainer import SidGRPOTrainer
     from models.validation import ValidationCallback
-    from models.weight_average import WeightAverage
+    from models.weight_average import with_average
 
     cfg, paths = settings.grpo, settings.paths
     if not cfg.enabled:
@@ -248,12 +248,10 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     best_dir = paths.grpo_dir / ".best"
     if is_main_process():  # only the main process writes (sidrec/distributed.py)
         shutil.rmtree(best_dir, ignore_errors=True)
-    average = WeightAverage(cfg.ema_decay, "grpo.ema_decay") if cfg.ema_decay is not None else None
     validator = ValidationCallback(
         evaluate=validation,
         save_best=lambda m: save_trained(m, tokenizer, best_dir),
         every=cfg.eval_every,
-        weights=average.applied if average is not None else None,
     )
     samples = SampleTables(
         every=cfg.log_samples_every,
@@ -270,7 +268,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=lora_config(settings),
-        callbacks=[validator] if average is None else [average, validator],  # average first
+        callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
         on_rewards=samples,
     )
     started = time.perf_counter()

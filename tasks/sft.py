@@ -196,7 +196,7 @@ def sft(settings: Settings) -> StageResult:
 
     from models.sft_trainer import ItemCorruption, SidSFTTrainer
     from models.validation import ValidationCallback
-    from models.weight_average import WeightAverage
+    from models.weight_average import with_average
 
     paths, cfg = settings.paths, settings.sft
     items, sid_map = load_catalog_and_map(settings)
@@ -266,7 +266,6 @@ def sft(settings: Settings) -> StageResult:
     best_dir = paths.sft_dir / ".best"
     if is_main_process():  # only the main process writes (sidrec/distributed.py)
         shutil.rmtree(best_dir, ignore_errors=True)
-    average = WeightAverage(cfg.ema_decay) if cfg.ema_decay is not None else None
     validator = ValidationCallback(
         evaluate=validation,
         save_best=lambda m: save_trained(m, tokenizer, best_dir),
@@ -274,7 +273,6 @@ def sft(settings: Settings) -> StageResult:
         unit="epoch",
         at_start=warm is not None,  # a warm start is kept when training does not beat it
         patience=cfg.patience,
-        weights=average.applied if average is not None else None,
     )
     corruption = None
     if cfg.corrupt_items > 0 and cfg.objective == "sequence":
@@ -292,7 +290,7 @@ def sft(settings: Settings) -> StageResult:
         eval_dataset=Dataset.from_list([e._asdict() for e in evals]),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[validator] if average is None else [average, validator],  # average first
+        callbacks=with_average(validator, cfg.ema_decay, "sft.ema_decay"),
         item_corruption=corruption,
     )
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
