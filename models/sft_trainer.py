@@ -29,6 +29,7 @@ reached valid NDCG@10 0.101 at their best epoch (one run).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -55,21 +56,14 @@ class RowPackedCollator(DataCollatorForLanguageModeling):
         return batch
 
 
-class ItemCorruption:
-    """Replace a share of the items in sequence windows by random catalog items, in the inputs
-    of each training batch (a fresh draw every step, so every epoch sees other contexts).
+class _WindowItems:
+    """Finds the items of the sequence windows in a training batch: examples whose first token
+    after BOS is a first-level SID token (never the alignment pairs), their items starting at
+    each first-level token."""
 
-    A replaced item's SID tokens are not targets (their labels are masked); the items after it
-    are still predicted, now from a context the user never had. The model then cannot rely on
-    recognizing a memorized sequence verbatim, which is what a test row asks of it: its newest
-    item (the valid target) was never in training. Only windows (examples whose first token
-    after BOS is a first-level SID token) are touched, never the alignment pairs.
-    """
-
-    def __init__(self, item_tokens: torch.Tensor, share: float, bos_token_id: int):
+    def __init__(self, item_tokens: torch.Tensor, bos_token_id: int):
         self.item_tokens = item_tokens
         """(items, L) token ids of every catalog item's SID."""
-        self.share = share
         self.bos_token_id = bos_token_id
         self.first_level = torch.zeros(int(item_tokens.max()) + 1, dtype=torch.bool)
         self.first_level[item_tokens[:, 0]] = True
@@ -78,28 +72,109 @@ class ItemCorruption:
         known = ids < len(self.first_level)
         return known & self.first_level[ids.clamp(max=len(self.first_level) - 1)]
 
-    def __call__(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        ids, labels = inputs["input_ids"].clone(), inputs["labels"].clone()
+    def windows(self, inputs: dict[str, Any]) -> Iterator[tuple[int, int, int, list[int]]]:
+        """(row, start, end, item starts) of every window: ``start`` is its BOS, ``end`` the
+        column after it."""
+        ids = inputs["input_ids"]
         positions = inputs.get("position_ids")
         if positions is None:  # one example per row
             positions = torch.arange(ids.shape[1]).expand_as(ids)
-        length = self.item_tokens.shape[1]
         first = self._is_first_level(ids)
         for row in range(ids.shape[0]):
             starts = torch.nonzero(positions[row] == 0).flatten().tolist()
             ends = [*starts[1:], ids.shape[1]]
             for start, end in zip(starts, ends, strict=True):
                 window = ids[row, start] == self.bos_token_id and start + 1 < end
-                if not (window and first[row, start + 1]):
-                    continue
-                item_starts = start + torch.nonzero(first[row, start:end]).flatten()
-                chosen = item_starts[torch.rand(len(item_starts)) < self.share]
-                for s in chosen.tolist():
-                    if s + length <= end:
-                        pick = int(torch.randint(len(self.item_tokens), ()))
-                        ids[row, s : s + length] = self.item_tokens[pick]
-                        labels[row, s : s + length] = -100
+                if window and first[row, start + 1]:
+                    items = (start + torch.nonzero(first[row, start:end]).flatten()).tolist()
+                    yield row, start, end, items
+
+
+class ItemCorruption(_WindowItems):
+    """Replace a share of the items in sequence windows by random catalog items, in the inputs
+    of each training batch (a fresh draw every step, so every epoch sees other contexts).
+
+    A replaced item's SID tokens are not targets (their labels are masked); the items after it
+    are still predicted, now from a context the user never had. The model then cannot rely on
+    recognizing a memorized sequence verbatim, which is what a test row asks of it: its newest
+    item (the valid target) was never in training. Only windows are touched, never the
+    alignment pairs.
+    """
+
+    def __init__(self, item_tokens: torch.Tensor, share: float, bos_token_id: int):
+        super().__init__(item_tokens, bos_token_id)
+        self.share = share
+
+    def __call__(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        ids, labels = inputs["input_ids"].clone(), inputs["labels"].clone()
+        length = self.item_tokens.shape[1]
+        for row, _, end, item_starts in self.windows(inputs):
+            chosen = torch.tensor(item_starts)[torch.rand(len(item_starts)) < self.share]
+            for s in chosen.tolist():
+                if s + length <= end:
+                    pick = int(torch.randint(len(self.item_tokens), ()))
+                    ids[row, s : s + length] = self.item_tokens[pick]
+                    labels[row, s : s + length] = -100
         return {**inputs, "input_ids": ids, "labels": labels}
+
+
+class ItemDeletion(_WindowItems):
+    """Delete a share of the items (SID and terminator) from sequence windows in each training
+    batch, a fresh draw every step: the items after a deleted one are predicted across a gap,
+    as a test row's newest item follows a step no training window holds. Later columns move up,
+    position ids restart per example as before, and the row is padded back to its width.
+    Alignment pairs are never touched."""
+
+    def __init__(
+        self,
+        item_tokens: torch.Tensor,
+        share: float,
+        bos_token_id: int,
+        eos_token_id: int,
+        pad_token_id: int,
+    ):
+        super().__init__(item_tokens, bos_token_id)
+        self.share = share
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        ids, labels = inputs["input_ids"], inputs["labels"]
+        span = self.item_tokens.shape[1] + 1  # SID tokens and the terminator
+        keep = torch.ones_like(ids, dtype=torch.bool)
+        for row, _, end, item_starts in self.windows(inputs):
+            for s in torch.tensor(item_starts)[torch.rand(len(item_starts)) < self.share].tolist():
+                if s + span <= end and ids[row, s + span - 1] == self.eos_token_id:
+                    keep[row, s : s + span] = False
+        if keep.all():
+            return inputs
+        positions = inputs.get("position_ids")
+        if positions is None:
+            positions = torch.arange(ids.shape[1]).expand_as(ids)
+        new_ids = torch.full_like(ids, self.pad_token_id)
+        new_labels = torch.full_like(labels, -100)
+        new_positions = torch.zeros_like(ids)
+        for row in range(ids.shape[0]):
+            kept = keep[row]
+            n = int(kept.sum())
+            new_ids[row, :n] = ids[row][kept]
+            new_labels[row, :n] = labels[row][kept]
+            # renumber within each example: an example starts where the old position was 0
+            example = torch.cumsum(positions[row] == 0, 0)[kept]
+            offsets = torch.arange(n)
+            first = torch.ones(n, dtype=torch.bool)
+            first[1:] = example[1:] != example[:-1]
+            starts = torch.cummax(torch.where(first, offsets, 0), 0).values
+            new_positions[row, :n] = offsets - starts
+        out = {**inputs, "input_ids": new_ids, "labels": new_labels}
+        if "position_ids" in inputs:
+            out["position_ids"] = new_positions
+        elif "attention_mask" in inputs:  # unpacked rows: right-padded, so the mask is a prefix
+            mask = torch.zeros_like(inputs["attention_mask"])
+            for row in range(ids.shape[0]):
+                mask[row, : int((keep[row] & inputs["attention_mask"][row].bool()).sum())] = 1
+            out["attention_mask"] = mask
+        return out
 
 
 class SidSFTTrainer(SFTTrainer):
@@ -107,9 +182,15 @@ class SidSFTTrainer(SFTTrainer):
     ``args.packing``) and whose loss on a CPU is the model's own (``Trainer.compute_loss``).
     ``shard`` records the rows this process trained on (its shard under ``accelerate launch``)."""
 
-    def __init__(self, *args: Any, item_corruption: ItemCorruption | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        augment: list[Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
-        self.item_corruption = item_corruption
+        self.augment = augment or []
+        """Applied in order to every training batch (:class:`ItemCorruption`, :class:`ItemDeletion`)."""
         self._pad_token_id: int = self._tokenizer.pad_token_id  # set by SFTTrainer
         if isinstance(self.args, SFTConfig) and self.args.packing:
             # instead of TRL's padding-free flattening (see the module doc)
@@ -121,8 +202,8 @@ class SidSFTTrainer(SFTTrainer):
         if self.shard.first_batch is None:  # only the first batch is fingerprinted
             rows = [row[row != self._pad_token_id].tolist() for row in rows]
         self.shard.add(rows)
-        if self.item_corruption is not None:
-            inputs = self.item_corruption(inputs)
+        for augment in self.augment:
+            inputs = augment(inputs)
         return super().training_step(model, inputs, *args, **kwargs)
 
     def compute_loss(

@@ -332,6 +332,10 @@ class SftConfig(_Section):
     """sequence objective: the share of items in each training window's inputs replaced by a
     random catalog item, drawn afresh every step; a replaced item is not a target, the items
     after it are predicted from a context the user never had."""
+    drop_items: float = Field(0.0, ge=0, lt=1)
+    """sequence objective: the share of items deleted from each training window (SID and
+    terminator), drawn afresh every step; the items after a deleted one are predicted across a
+    gap, as a test row's newest item follows a step no window trained on."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     ema_decay: float | None = Field(0.995, gt=0, lt=1)
     """An exponential moving average of the weights, updated after every optimizer step with

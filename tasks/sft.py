@@ -194,7 +194,7 @@ def sft(settings: Settings) -> StageResult:
     from datasets import Dataset
     from trl import SFTConfig
 
-    from models.sft_trainer import ItemCorruption, SidSFTTrainer
+    from models.sft_trainer import ItemCorruption, ItemDeletion, SidSFTTrainer
     from models.validation import ValidationCallback
     from models.weight_average import with_average
 
@@ -274,14 +274,25 @@ def sft(settings: Settings) -> StageResult:
         at_start=warm is not None,  # a warm start is kept when training does not beat it
         patience=cfg.patience,
     )
-    corruption = None
+    item_tokens = torch.tensor(
+        [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
+    )
+    augment: list[Any] = []
     if cfg.corrupt_items > 0 and cfg.objective == "sequence":
-        corruption = ItemCorruption(
-            item_tokens=torch.tensor(
-                [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
-            ),
-            share=cfg.corrupt_items,
-            bos_token_id=tokenizer.bos_token_id,
+        augment.append(
+            ItemCorruption(
+                item_tokens, share=cfg.corrupt_items, bos_token_id=tokenizer.bos_token_id
+            )
+        )
+    if cfg.drop_items > 0 and cfg.objective == "sequence":
+        augment.append(
+            ItemDeletion(
+                item_tokens,
+                share=cfg.drop_items,
+                bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         )
     trainer = SidSFTTrainer(
         model=model,
@@ -291,7 +302,7 @@ def sft(settings: Settings) -> StageResult:
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=with_average(validator, cfg.ema_decay, "sft.ema_decay"),
-        item_corruption=corruption,
+        augment=augment,
     )
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
@@ -318,6 +329,7 @@ def sft(settings: Settings) -> StageResult:
         "tasks": list(cfg.tasks),
         "dropout": cfg.dropout,
         "corrupt_items": cfg.corrupt_items,
+        "drop_items": cfg.drop_items,
         "holdout_recent": cfg.holdout_recent,
         "ema_decay": cfg.ema_decay,
         "train_examples": len(examples),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models.lm import load_model_dir
-from models.sft_trainer import ItemCorruption, RowPackedCollator, SidSFTTrainer
+from models.sft_trainer import ItemCorruption, ItemDeletion, RowPackedCollator, SidSFTTrainer
 
 PAD = 0
 
@@ -133,3 +133,105 @@ def test_corruption_replaces_about_its_share_of_items_and_nothing_at_zero():
     unchanged = ItemCorruption(CATALOG, share=0.0, bos_token_id=BOS)(batch)
     assert torch.equal(unchanged["input_ids"], batch["input_ids"])
     assert torch.equal(unchanged["labels"], batch["labels"])
+
+
+def test_deletion_removes_whole_window_items_and_renumbers_the_example():
+    items = [0, 1, 2, 3]
+    batch = _packed_window_then_alignment_pair(items)
+    torch.manual_seed(0)
+    while True:  # a draw that deletes some but not all items
+        out = ItemDeletion(
+            CATALOG, share=0.5, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD
+        )(batch)
+        ids = out["input_ids"][0].tolist()
+        window = ids[: ids.index(BOS, 1)]  # up to the alignment pair's BOS
+        kept = (len(window) - 1) // 4
+        if 0 < kept < len(items):
+            break
+    # the window keeps whole items (SID + EOS) in their order, with nothing else in between
+    sids = [window[1 + 4 * n : 1 + 4 * n + 3] for n in range(kept)]
+    order = [CATALOG.tolist().index(s) for s in sids]
+    assert order == sorted(order) and set(order) < set(items)
+    assert all(window[4 + 4 * n] == EOS for n in range(kept))
+    # labels and positions follow the tokens; the pair is unchanged and the row keeps its width
+    assert out["labels"][0][: len(window)].tolist() == [-100, *window[1:]]
+    pair = [BOS, 5, 6, *CATALOG[0].tolist()]
+    assert ids[len(window) : len(window) + len(pair)] == pair
+    assert out["position_ids"][0].tolist()[: len(window) + len(pair)] == [
+        *range(len(window)),
+        *range(len(pair)),
+    ]
+    assert len(ids) == batch["input_ids"].shape[1]
+    tail = len(window) + len(pair)
+    assert set(ids[tail:]) == {PAD} and set(out["labels"][0][tail:].tolist()) == {-100}
+    assert set(out["position_ids"][0][tail:].tolist()) == {0}
+
+
+def test_deletion_removes_about_its_share_and_nothing_at_zero():
+    items = [i % 4 for i in range(200)]
+    batch = _packed_window_then_alignment_pair(items)
+    torch.manual_seed(0)
+    deletion = ItemDeletion(
+        CATALOG, share=0.25, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD
+    )
+    out = deletion(batch)
+    deleted = int((batch["labels"] == EOS).sum() - (out["labels"] == EOS).sum())
+    assert 30 <= deleted <= 70  # 50 expected of 200; binomial sd ~6
+    none = ItemDeletion(CATALOG, share=0.0, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    assert none(batch) is batch
+
+
+def test_deletion_in_unpacked_rows_shortens_the_attention_mask():
+    window = [BOS, *(t for i in [0, 1, 2, 3] for t in [*CATALOG[i].tolist(), EOS])]
+    batch = {
+        "input_ids": torch.tensor([window + [PAD] * 3]),
+        "labels": torch.tensor([[-100, *window[1:]] + [-100] * 3]),
+        "attention_mask": torch.tensor([[1] * len(window) + [0] * 3]),
+    }
+    torch.manual_seed(0)
+    out = ItemDeletion(CATALOG, share=0.5, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)(
+        batch
+    )
+    ids = out["input_ids"][0]
+    real = int(out["attention_mask"][0].sum())
+    assert out["attention_mask"][0].tolist() == [1] * real + [0] * (ids.shape[0] - real)
+    assert (real - 1) % 4 == 0 and real < len(window)  # whole items were deleted (seeded draw)
+    assert set(ids[real:].tolist()) == {PAD} and "position_ids" not in out
+
+
+def test_the_trainer_applies_its_augmentations_to_every_training_batch_in_order(
+    tiny_model, tmp_path
+):
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (1, 2, 3, 4)]
+    calls: list[str] = []
+
+    def recorded(name):
+        def augment(inputs):
+            calls.append(name)
+            return inputs
+
+        return augment
+
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_length=32,
+        packing=True,
+        packing_strategy="bfd",
+        completion_only_loss=True,
+        per_device_train_batch_size=1,
+        max_steps=2,
+        use_cpu=True,
+        report_to=[],
+    )
+    SidSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+        augment=[recorded("corrupt"), recorded("drop")],
+    ).train()
+    assert calls == ["corrupt", "drop", "corrupt", "drop"]
