@@ -30,6 +30,13 @@ from models.validation import ValidationCallback
 log = logging.getLogger(__name__)
 
 
+def decay_for(decay: float, steps: int) -> float:
+    """The decay a run of ``steps`` optimizer steps averages with: ``decay``, or less where its
+    span (``1 / (1 - decay)`` steps) would exceed half the run, which would leave the average
+    mostly the first steps' weights."""
+    return max(0.0, min(decay, 1.0 - 2.0 / max(steps, 1)))
+
+
 class WeightAverage(TrainerCallback):
     """EMA of the trained model's parameters: ``avg = decay * avg + (1 - decay) * weights``
     after every optimizer step (the first step copies). ``decay`` 0.995 averages over roughly
@@ -63,10 +70,7 @@ class WeightAverage(TrainerCallback):
         self.averaged.requires_grad_(False)
 
     def decay_for(self, steps: int) -> float:
-        """The decay for a run of ``steps`` optimizer steps: the configured one, or less where
-        its span (``1 / (1 - decay)`` steps) would exceed half the run, which would leave the
-        average mostly the first steps' weights."""
-        return max(0.0, min(self.decay, 1.0 - 2.0 / max(steps, 1)))
+        return decay_for(self.decay, steps)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
         assert self.averaged is not None, "on_train_begin builds the average"

@@ -196,7 +196,7 @@ def sft(settings: Settings) -> StageResult:
 
     from models.sft_trainer import ItemCorruption, ItemDeletion, SidSFTTrainer
     from models.validation import ValidationCallback
-    from models.weight_average import with_average
+    from models.weight_average import decay_for, with_average
 
     paths, cfg = settings.paths, settings.sft
     items, sid_map = load_catalog_and_map(settings)
@@ -332,6 +332,10 @@ def sft(settings: Settings) -> StageResult:
         "drop_items": cfg.drop_items,
         "holdout_recent": cfg.holdout_recent,
         "ema_decay": cfg.ema_decay,
+        # what the run averaged with: a run shorter than 2 / (1 - decay) steps uses less
+        "ema_decay_applied": (
+            None if cfg.ema_decay is None else decay_for(cfg.ema_decay, trainer.state.max_steps)
+        ),
         "train_examples": len(examples),
         "eval_examples": len(evals),
         "truncated_prompts": builder.truncated,

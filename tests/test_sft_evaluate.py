@@ -235,6 +235,8 @@ def test_the_moving_average_of_the_weights_is_the_model_kept(prepared, monkeypat
     )
     result = sft(settings)
     assert result.metrics["ema_decay"] == 0.9 and len(seen) == 1
+    steps = result.metrics["steps"]  # a run this short averages with less than its setting
+    assert result.metrics["ema_decay_applied"] == pytest.approx(min(0.9, 1 - 2 / steps))
     average, trained = seen[0]
     kept, _ = load_model_dir(settings.paths.sft_model)
     averaged = dict(average.averaged.module.named_parameters())
