@@ -46,24 +46,29 @@ def test_an_example_in_a_packed_row_sees_only_itself(tiny_model, tmp_path):
     assert not torch.allclose(unpacked[0, 4:], alone[0], atol=1e-3)
 
 
-@pytest.mark.parametrize("packing", [True, False])
-def test_the_trainer_packs_whole_examples_into_rows_only_when_asked(tiny_model, tmp_path, packing):
-    from datasets import Dataset
+def _tiny_sft_args(tmp_path, *, packing: bool, batch_size: int, steps: int):
     from trl import SFTConfig
 
-    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
-    examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (1, 2, 3, 10)]
-    args = SFTConfig(
+    return SFTConfig(
         output_dir=str(tmp_path / "out"),
         max_length=32,
         packing=packing,
         packing_strategy="bfd",
         completion_only_loss=True,
-        per_device_train_batch_size=2,
-        max_steps=1,
+        per_device_train_batch_size=batch_size,
+        max_steps=steps,
         use_cpu=True,
         report_to=[],
     )
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_the_trainer_packs_whole_examples_into_rows_only_when_asked(tiny_model, tmp_path, packing):
+    from datasets import Dataset
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (1, 2, 3, 10)]
+    args = _tiny_sft_args(tmp_path, packing=packing, batch_size=2, steps=1)
     trainer = SidSFTTrainer(
         model=model,
         args=args,
@@ -203,7 +208,6 @@ def test_the_trainer_applies_its_augmentations_to_every_training_batch_in_order(
     tiny_model, tmp_path
 ):
     from datasets import Dataset
-    from trl import SFTConfig
 
     model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
     examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (1, 2, 3, 4)]
@@ -216,17 +220,7 @@ def test_the_trainer_applies_its_augmentations_to_every_training_batch_in_order(
 
         return augment
 
-    args = SFTConfig(
-        output_dir=str(tmp_path / "out"),
-        max_length=32,
-        packing=True,
-        packing_strategy="bfd",
-        completion_only_loss=True,
-        per_device_train_batch_size=1,
-        max_steps=2,
-        use_cpu=True,
-        report_to=[],
-    )
+    args = _tiny_sft_args(tmp_path, packing=True, batch_size=1, steps=2)
     SidSFTTrainer(
         model=model,
         args=args,
