@@ -274,10 +274,11 @@ def sft(settings: Settings) -> StageResult:
         at_start=warm is not None,  # a warm start is kept when training does not beat it
         patience=cfg.patience,
     )
-    item_tokens = torch.tensor(
-        [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
-    )
     augment: list[Any] = []
+    if (cfg.corrupt_items > 0 or cfg.drop_items > 0) and cfg.objective == "sequence":
+        item_tokens = torch.tensor(  # only here: SIDs of one length (as the windows assume)
+            [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
+        )
     if cfg.corrupt_items > 0 and cfg.objective == "sequence":
         augment.append(
             ItemCorruption(
