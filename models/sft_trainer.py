@@ -149,8 +149,6 @@ class ItemDeletion(_WindowItems):
         if keep.all():
             return inputs
         positions = inputs.get("position_ids")
-        if positions is None:
-            positions = torch.arange(ids.shape[1]).expand_as(ids)
         new_ids = torch.full_like(ids, self.pad_token_id)
         new_labels = torch.full_like(labels, -100)
         new_positions = torch.zeros_like(ids)
@@ -159,15 +157,16 @@ class ItemDeletion(_WindowItems):
             n = int(kept.sum())
             new_ids[row, :n] = ids[row][kept]
             new_labels[row, :n] = labels[row][kept]
-            # renumber within each example: an example starts where the old position was 0
-            example = torch.cumsum(positions[row] == 0, 0)[kept]
-            offsets = torch.arange(n)
-            first = torch.ones(n, dtype=torch.bool)
-            first[1:] = example[1:] != example[:-1]
-            starts = torch.cummax(torch.where(first, offsets, 0), 0).values
-            new_positions[row, :n] = offsets - starts
+            if positions is not None:
+                # renumber within each example: an example starts where the old position was 0
+                example = torch.cumsum(positions[row] == 0, 0)[kept]
+                offsets = torch.arange(n)
+                first = torch.ones(n, dtype=torch.bool)
+                first[1:] = example[1:] != example[:-1]
+                starts = torch.cummax(torch.where(first, offsets, 0), 0).values
+                new_positions[row, :n] = offsets - starts
         out = {**inputs, "input_ids": new_ids, "labels": new_labels}
-        if "position_ids" in inputs:
+        if positions is not None:
             out["position_ids"] = new_positions
         elif "attention_mask" in inputs:  # unpacked rows: right-padded, so the mask is a prefix
             mask = torch.zeros_like(inputs["attention_mask"])

@@ -275,26 +275,23 @@ def sft(settings: Settings) -> StageResult:
         patience=cfg.patience,
     )
     augment: list[Any] = []
-    if (cfg.corrupt_items > 0 or cfg.drop_items > 0) and cfg.objective == "sequence":
+    if cfg.objective == "sequence" and (cfg.corrupt_items > 0 or cfg.drop_items > 0):
         item_tokens = torch.tensor(  # only here: SIDs of one length (as the windows assume)
             [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
         )
-    if cfg.corrupt_items > 0 and cfg.objective == "sequence":
-        augment.append(
-            ItemCorruption(
-                item_tokens, share=cfg.corrupt_items, bos_token_id=tokenizer.bos_token_id
+        bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+        if cfg.corrupt_items > 0:
+            augment.append(ItemCorruption(item_tokens, share=cfg.corrupt_items, bos_token_id=bos))
+        if cfg.drop_items > 0:
+            augment.append(
+                ItemDeletion(
+                    item_tokens,
+                    share=cfg.drop_items,
+                    bos_token_id=bos,
+                    eos_token_id=eos,
+                    pad_token_id=pad,
+                )
             )
-        )
-    if cfg.drop_items > 0 and cfg.objective == "sequence":
-        augment.append(
-            ItemDeletion(
-                item_tokens,
-                share=cfg.drop_items,
-                bos_token_id=tokenizer.bos_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        )
     trainer = SidSFTTrainer(
         model=model,
         args=args,
