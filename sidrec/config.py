@@ -337,6 +337,10 @@ class SftConfig(_Section):
     """sequence objective: the share of items deleted from each training window (SID and
     terminator), drawn afresh every step; the items after a deleted one are predicted across a
     gap, as a test row's newest item follows a step no window trained on."""
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    """Label smoothing of the training loss (the trainer's ``label_smoothing_factor``): this
+    share of each target token's probability is spread evenly over the vocabulary, so the
+    model is penalized for certainty about what it memorized. 0: plain cross-entropy."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     ema_decay: float | None = Field(0.995, gt=0, lt=1)
     """An exponential moving average of the weights, updated after every optimizer step with

@@ -251,6 +251,7 @@ def sft(settings: Settings) -> StageResult:
             packing=cfg.packing,
             packing_strategy="bfd",  # whole examples only: a window is never cut
             completion_only_loss=True,
+            label_smoothing_factor=cfg.label_smoothing,
         )
     )
     # the new SID rows must learn: SFT trains the embeddings and output layer in full
@@ -328,6 +329,7 @@ def sft(settings: Settings) -> StageResult:
         "dropout": cfg.dropout,
         "corrupt_items": cfg.corrupt_items,
         "drop_items": cfg.drop_items,
+        "label_smoothing": cfg.label_smoothing,
         "holdout_recent": cfg.holdout_recent,
         "ema_decay": cfg.ema_decay,
         # what the run averaged with: a run shorter than 2 / (1 - decay) steps uses less

@@ -46,7 +46,7 @@ def test_an_example_in_a_packed_row_sees_only_itself(tiny_model, tmp_path):
     assert not torch.allclose(unpacked[0, 4:], alone[0], atol=1e-3)
 
 
-def _tiny_sft_args(tmp_path, *, packing: bool, batch_size: int, steps: int):
+def _tiny_sft_args(tmp_path, *, packing: bool, batch_size: int, steps: int, **extra):
     from trl import SFTConfig
 
     return SFTConfig(
@@ -59,6 +59,7 @@ def _tiny_sft_args(tmp_path, *, packing: bool, batch_size: int, steps: int):
         max_steps=steps,
         use_cpu=True,
         report_to=[],
+        **extra,
     )
 
 
@@ -87,6 +88,35 @@ def test_the_trainer_packs_whole_examples_into_rows_only_when_asked(tiny_model, 
     before = model.model.embed_tokens.weight.detach().clone()
     trainer.train()
     assert not torch.equal(before, model.model.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_the_loss_on_packed_rows_is_the_label_smoothed_cross_entropy_of_the_completions(
+    tiny_model, tmp_path, smoothing
+):
+    from datasets import Dataset
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (1, 2)]
+    args = _tiny_sft_args(
+        tmp_path, packing=True, batch_size=1, steps=1, label_smoothing_factor=smoothing
+    )
+    trainer = SidSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    labels = batch["labels"][0, 1:]
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, dict(batch))
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    log_probs = logits[0, :-1].log_softmax(-1)[labels != -100]
+    nll = -log_probs.gather(1, labels[labels != -100, None]).mean()
+    uniform = -log_probs.mean()  # the cross-entropy against an even spread over the vocabulary
+    assert labels[labels != -100].numel() >= 3  # the completion tokens are the targets
+    torch.testing.assert_close(loss, (1 - smoothing) * nll + smoothing * uniform)
 
 
 BOS, EOS = 1, 2
