@@ -242,7 +242,7 @@ class SasrecConfig(_Section):
     patience: int = Field(20, ge=1)
     """Stop after this many epochs without a better NDCG@10 on the selection half of the
     validation users; the best epoch is kept. At 5 some seeds stopped on an early plateau
-    (best epoch 8–17) that 20 outgrows (best epoch 51–54, docs/benchmarks.md)."""
+    (best epoch 8–17) that 20 outgrows (best epoch 51–81, docs/benchmarks.md)."""
 
     @field_validator("heads")
     @classmethod

@@ -84,7 +84,7 @@ class SASRecConfig:
     # --- checkpoint selection
     patience: int = 20
     """Stop after this many epochs without a better validation NDCG@10; the best epoch is restored.
-    ML-100k's validation curve has plateaus: at 5 some seeds stopped 40 epochs short of their best."""
+    ML-100k's validation curve has plateaus: at 5 some seeds stopped 40 or more epochs short of their best."""
     eval_every: int = 1
     """Epochs between validation runs (the last epoch is always evaluated)."""
     # --- reproducibility and hardware
