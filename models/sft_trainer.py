@@ -148,32 +148,37 @@ class ItemDeletion(_WindowItems):
                     keep[row, s : s + span] = False
         if keep.all():
             return inputs
-        positions = inputs.get("position_ids")
-        new_ids = torch.full_like(ids, self.pad_token_id)
-        new_labels = torch.full_like(labels, -100)
-        new_positions = torch.zeros_like(ids)
+        positions, mask = inputs.get("position_ids"), inputs.get("attention_mask")
+        out = {
+            **inputs,
+            "input_ids": torch.full_like(ids, self.pad_token_id),
+            "labels": torch.full_like(labels, -100),
+        }
+        if positions is not None:
+            out["position_ids"] = torch.zeros_like(ids)
+        elif mask is not None:
+            out["attention_mask"] = torch.zeros_like(mask)
         for row in range(ids.shape[0]):
             kept = keep[row]
             n = int(kept.sum())
-            new_ids[row, :n] = ids[row][kept]
-            new_labels[row, :n] = labels[row][kept]
+            out["input_ids"][row, :n] = ids[row][kept]
+            out["labels"][row, :n] = labels[row][kept]
             if positions is not None:
-                # renumber within each example: an example starts where the old position was 0
-                example = torch.cumsum(positions[row] == 0, 0)[kept]
-                offsets = torch.arange(n)
-                first = torch.ones(n, dtype=torch.bool)
-                first[1:] = example[1:] != example[:-1]
-                starts = torch.cummax(torch.where(first, offsets, 0), 0).values
-                new_positions[row, :n] = offsets - starts
-        out = {**inputs, "input_ids": new_ids, "labels": new_labels}
-        if positions is not None:
-            out["position_ids"] = new_positions
-        elif "attention_mask" in inputs:  # unpacked rows: right-padded, so the mask is a prefix
-            mask = torch.zeros_like(inputs["attention_mask"])
-            for row in range(ids.shape[0]):
-                mask[row, : int((keep[row] & inputs["attention_mask"][row].bool()).sum())] = 1
-            out["attention_mask"] = mask
+                out["position_ids"][row, :n] = _restarted_positions(positions[row], kept)
+            elif mask is not None:  # unpacked rows: right-padded, so the mask is a prefix
+                out["attention_mask"][row, : int((kept & mask[row].bool()).sum())] = 1
         return out
+
+
+def _restarted_positions(positions: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Position ids of a packed row's kept columns, restarting at 0 where an example starts
+    (where the old position was 0)."""
+    example = torch.cumsum(positions == 0, 0)[kept]
+    offsets = torch.arange(len(example))
+    first = torch.ones(len(example), dtype=torch.bool)
+    first[1:] = example[1:] != example[:-1]
+    starts = torch.cummax(torch.where(first, offsets, 0), 0).values
+    return offsets - starts
 
 
 class SidSFTTrainer(SFTTrainer):

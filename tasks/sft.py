@@ -189,12 +189,41 @@ def build_datasets(
     return examples, evals
 
 
-def sft(settings: Settings) -> StageResult:
+def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) -> list[Any]:
+    """The batch augmentations ``sft.corrupt_items`` / ``sft.drop_items`` switch on (sequence
+    objective only: the rows objective has no windows to touch)."""
+    from models.sft_trainer import ItemCorruption, ItemDeletion
+
+    cfg = settings.sft
+    if cfg.objective != "sequence" or (cfg.corrupt_items == 0 and cfg.drop_items == 0):
+        return []
     import torch
+
+    item_tokens = torch.tensor(  # only here: SIDs of one length (as the windows assume)
+        [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
+    )
+    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    augment: list[Any] = []
+    if cfg.corrupt_items > 0:
+        augment.append(ItemCorruption(item_tokens, share=cfg.corrupt_items, bos_token_id=bos))
+    if cfg.drop_items > 0:
+        augment.append(
+            ItemDeletion(
+                item_tokens,
+                share=cfg.drop_items,
+                bos_token_id=bos,
+                eos_token_id=eos,
+                pad_token_id=pad,
+            )
+        )
+    return augment
+
+
+def sft(settings: Settings) -> StageResult:
     from datasets import Dataset
     from trl import SFTConfig
 
-    from models.sft_trainer import ItemCorruption, ItemDeletion, SidSFTTrainer
+    from models.sft_trainer import SidSFTTrainer
     from models.validation import ValidationCallback
     from models.weight_average import decay_for, with_average
 
@@ -275,24 +304,7 @@ def sft(settings: Settings) -> StageResult:
         at_start=warm is not None,  # a warm start is kept when training does not beat it
         patience=cfg.patience,
     )
-    augment: list[Any] = []
-    if cfg.objective == "sequence" and (cfg.corrupt_items > 0 or cfg.drop_items > 0):
-        item_tokens = torch.tensor(  # only here: SIDs of one length (as the windows assume)
-            [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
-        )
-        bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
-        if cfg.corrupt_items > 0:
-            augment.append(ItemCorruption(item_tokens, share=cfg.corrupt_items, bos_token_id=bos))
-        if cfg.drop_items > 0:
-            augment.append(
-                ItemDeletion(
-                    item_tokens,
-                    share=cfg.drop_items,
-                    bos_token_id=bos,
-                    eos_token_id=eos,
-                    pad_token_id=pad,
-                )
-            )
+    augment = window_augmentations(settings, tokenizer, sid_map)
     trainer = SidSFTTrainer(
         model=model,
         args=args,
