@@ -190,11 +190,14 @@ class SidSFTTrainer(SFTTrainer):
         self,
         *args: Any,
         augment: list[Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        teacher: Any = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.augment = augment or []
         """Applied in order to every training batch (:class:`ItemCorruption`, :class:`ItemDeletion`)."""
+        self.teacher = teacher
+        """A :class:`models.distill.SasrecTeacher` whose soft targets join the training loss."""
         self._pad_token_id: int = self._tokenizer.pad_token_id  # set by SFTTrainer
         if isinstance(self.args, SFTConfig) and self.args.packing:
             # instead of TRL's padding-free flattening (see the module doc)
@@ -217,7 +220,8 @@ class SidSFTTrainer(SFTTrainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        if self.args.device.type != "cpu":
+        distill = self.teacher is not None and model.training
+        if self.args.device.type != "cpu" and not distill:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         inputs["use_cache"] = False
         if model.training:  # TRL's num_tokens log
@@ -226,4 +230,13 @@ class SidSFTTrainer(SFTTrainer):
                 mask = inputs["input_ids"] != self._pad_token_id
             self._total_train_tokens += int(mask.sum())
             self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
-        return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+        if not distill:
+            return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+        batch = dict(inputs)  # the trainer may pop the labels, which the teacher reads
+        loss, outputs = Trainer.compute_loss(self, model, inputs, True, num_items_in_batch)
+        targets = self.teacher.targets(batch, outputs.logits.shape[-1])
+        if targets is not None:
+            soft = self.teacher.loss(outputs.logits, targets)
+            self._metrics["train"].setdefault("distill_loss", []).append(float(soft))
+            loss = loss + self.teacher.weight * soft
+        return (loss, outputs) if return_outputs else loss

@@ -219,6 +219,36 @@ def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) ->
     return augment
 
 
+def sasrec_teacher(
+    settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids: list[str]
+) -> Any:
+    """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off)."""
+    cfg = settings.sft
+    if cfg.distill == 0:
+        return None
+    if cfg.objective != "sequence":
+        raise ConfigError(
+            f"sft.distill={cfg.distill} needs sft.objective=sequence (the teacher scores the "
+            f"items of sequence windows; got {cfg.objective!r}); set sft.distill=0"
+        )
+    import torch
+
+    from models.baselines.sasrec import load_baseline
+    from models.distill import SasrecTeacher
+
+    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    item_tokens = torch.tensor(
+        [tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in sasrec.item_ids]
+    )
+    return SasrecTeacher(
+        sasrec,
+        item_tokens,
+        bos_token_id=tokenizer.bos_token_id,
+        weight=cfg.distill,
+        temperature=cfg.distill_temperature,
+    )
+
+
 def sft(settings: Settings) -> StageResult:
     from datasets import Dataset
     from trl import SFTConfig
@@ -305,6 +335,7 @@ def sft(settings: Settings) -> StageResult:
         patience=cfg.patience,
     )
     augment = window_augmentations(settings, tokenizer, sid_map)
+    teacher = sasrec_teacher(settings, tokenizer, sid_map, items["item_id"].tolist())
     trainer = SidSFTTrainer(
         model=model,
         args=args,
@@ -314,6 +345,7 @@ def sft(settings: Settings) -> StageResult:
         peft_config=peft_config,
         callbacks=with_average(validator, cfg.ema_decay, "sft.ema_decay"),
         augment=augment,
+        teacher=teacher,
     )
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
@@ -342,6 +374,8 @@ def sft(settings: Settings) -> StageResult:
         "corrupt_items": cfg.corrupt_items,
         "drop_items": cfg.drop_items,
         "label_smoothing": cfg.label_smoothing,
+        "distill": cfg.distill,
+        "distill_temperature": cfg.distill_temperature if cfg.distill > 0 else None,
         "holdout_recent": cfg.holdout_recent,
         "ema_decay": cfg.ema_decay,
         # what the run averaged with: a run shorter than 2 / (1 - decay) steps uses less

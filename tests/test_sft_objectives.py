@@ -88,6 +88,16 @@ def test_a_window_longer_than_the_context_is_a_config_error(make_settings, proje
     check_window(rows, levels=3)  # the rows objective has no windows
 
 
+def test_distillation_needs_sequence_windows(make_settings, project):
+    from tasks.sft import sasrec_teacher
+
+    rows = make_settings(project, sft={"objective": "rows", "distill": 0.5})
+    with pytest.raises(ConfigError, match=r"sft.distill=0.5 needs sft.objective=sequence"):
+        sasrec_teacher(rows, None, {}, [])
+    off = make_settings(project, sft={"objective": "rows", "distill": 0.0})
+    assert sasrec_teacher(off, None, {}, []) is None  # SASRec is not read
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["sequence", "rows"])
 def test_the_objective_sets_the_format_every_loader_uses(prepared, synthetic_project, objective):
@@ -105,11 +115,14 @@ def test_the_objective_sets_the_format_every_loader_uses(prepared, synthetic_pro
             # the window augmentations are wired in (rows: accepted, no windows to touch)
             "corrupt_items": 0.1,
             "drop_items": 0.1,
+            # sequence: SASRec's soft targets join the loss (the baselines stage's model)
+            "distill": 0.5 if objective == "sequence" else 0.0,
         },
     )
     result = sft(settings)
     m = result.metrics
     assert (m["corrupt_items"], m["drop_items"]) == (0.1, 0.1)
+    assert m["distill"] == (0.5 if objective == "sequence" else 0.0)
     expected_format = "sequence" if objective == "sequence" else "text"
     model, _ = load_model_dir(settings.paths.sft_model)
     assert prompt_format(model) == expected_format

@@ -1,0 +1,101 @@
+"""SasrecTeacher: SASRec's item distribution as per-SID-place soft targets, and the loss it adds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.baselines.sasrec import SASRec, SASRecConfig
+from models.distill import SasrecTeacher
+
+BOS, EOS = 1, 2
+CATALOG = torch.tensor([[10, 20, 30], [10, 21, 31], [11, 20, 32], [11, 22, 33]])
+"""Four items' SID token ids: items 0 and 1 share the first code 10, items 2 and 3 share 11;
+items 0 and 2 share the second-level token 20 under different prefixes."""
+VOCAB = 40
+
+
+def _sasrec() -> SASRec:
+    torch.manual_seed(0)
+    return SASRec(item_ids=["a", "b", "c", "d"], config=SASRecConfig(max_len=5)).eval()
+
+
+def _window(items: list[int], masked: int | None = None) -> dict[str, torch.Tensor]:
+    ids = [BOS, *(t for i in items for t in [*CATALOG[i].tolist(), EOS])]
+    labels = [-100, *ids[1:]]
+    if masked is not None:  # an item that is not a target (e.g. corrupted)
+        start = 1 + 4 * masked
+        labels[start : start + 3] = [-100] * 3
+    return {
+        "input_ids": torch.tensor([ids]),
+        "labels": torch.tensor([labels]),
+        "position_ids": torch.arange(len(ids))[None],
+    }
+
+
+def _item_probs(sasrec: SASRec, history: list[int]) -> torch.Tensor:
+    """SASRec's softmax over the catalog after ``history``, the history's items removed."""
+    with torch.no_grad():
+        scores = sasrec.scores(sasrec(torch.tensor([[i + 1 for i in history]]))[0, -1])
+    scores[history] = float("-inf")
+    return scores.softmax(-1)
+
+
+def test_targets_are_sasrecs_item_mass_per_code_given_the_true_prefix():
+    sasrec = _sasrec()
+    teacher = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0)
+    targets = teacher.targets(_window([0, 2, 1]), VOCAB)
+    assert targets is not None
+    # items 2 (after [0]) and 1 (after [0, 2]) have history; item 0 has none: 2 places x 3 levels
+    got = {
+        (int(r), int(c)): p for r, c, p in zip(targets.rows, targets.columns, targets.probs, strict=True)
+    }
+    assert sorted(got) == [(0, c) for c in (4, 5, 6, 8, 9, 10)]
+    assert all(torch.isclose(p.sum(), torch.tensor(1.0)) for p in got.values())
+    p = _item_probs(sasrec, [0])  # item 2's place: the window's item 0 came before it
+    assert p[0] == 0
+    torch.testing.assert_close(got[(0, 4)][[10, 11]], torch.stack([p[1], p[2] + p[3]]))
+    # given the true first code 11: items 2 and 3, by their second code
+    torch.testing.assert_close(got[(0, 5)][[20, 22]], torch.stack([p[2], p[3]]) / (p[2] + p[3]))
+    assert got[(0, 6)][32] == 1  # given 11, 20 only item 2 remains
+    q = _item_probs(sasrec, [0, 2])  # item 1's place
+    torch.testing.assert_close(got[(0, 8)][[10, 11]], torch.stack([q[1], q[3]]))
+    assert got[(0, 9)][21] == 1 and got[(0, 10)][31] == 1  # item 0, seen, takes no mass
+    # nothing outside the SID tokens of each place
+    assert got[(0, 4)][[10, 11]].sum() == pytest.approx(1.0)
+
+
+def test_items_that_are_not_targets_and_windows_without_history_get_no_targets():
+    teacher = SasrecTeacher(_sasrec(), CATALOG, bos_token_id=BOS, weight=1.0)
+    assert teacher.targets(_window([3]), VOCAB) is None
+    targets = teacher.targets(_window([0, 2, 1], masked=1), VOCAB)
+    assert targets is not None and sorted(set(targets.columns.tolist())) == [8, 9, 10]
+    # an alignment pair (text before the SID) is never a window
+    pair = {
+        "input_ids": torch.tensor([[BOS, 5, 6, *CATALOG[0].tolist()]]),
+        "labels": torch.tensor([[-100, -100, -100, *CATALOG[0].tolist()]]),
+        "position_ids": torch.arange(6)[None],
+    }
+    assert teacher.targets(pair, VOCAB) is None
+
+
+def test_the_loss_is_the_cross_entropy_against_the_teacher():
+    teacher = SasrecTeacher(_sasrec(), CATALOG, bos_token_id=BOS, weight=1.0)
+    batch = _window([0, 2, 1])
+    targets = teacher.targets(batch, VOCAB)
+    logits = torch.randn(1, batch["input_ids"].shape[1], VOCAB)
+    logp = logits.log_softmax(-1)
+    expected = torch.stack(
+        [-(p * logp[0, c]).sum() for c, p in zip(targets.columns, targets.probs, strict=True)]
+    ).mean()
+    torch.testing.assert_close(teacher.loss(logits, targets), expected)
+    # a model that puts all its mass where the teacher does pays only the teacher's entropy
+    exact = torch.full_like(logits, -1e4)
+    exact[0, targets.columns] = targets.probs.clamp_min(1e-30).log()
+    entropy = -(targets.probs * targets.probs.clamp_min(1e-30).log()).sum(-1).mean()
+    torch.testing.assert_close(teacher.loss(exact, targets), entropy)
+
+
+def test_a_catalog_that_does_not_match_sasrecs_is_refused():
+    with pytest.raises(ValueError, match="3 SIDs for a SASRec catalog of 4 items"):
+        SasrecTeacher(_sasrec(), CATALOG[:3], bos_token_id=BOS, weight=1.0)
