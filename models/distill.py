@@ -6,9 +6,10 @@ SASRec ranks the full catalog from the items before it in that window (its last 
 the window's earlier items removed, as evaluation removes seen items. The item distribution
 becomes one target distribution per SID place: at place ``l`` it is SASRec's probability mass
 of every next code among the items that share the true item's first ``l`` codes (the prefix the
-model is fed, teacher forcing), renormalized. The model's log-probabilities at that place (over
-its whole vocabulary) are scored against it with cross-entropy, added to the usual loss with
-the weight ``sft.distill``. Alignment pairs, terminators and items without history keep the
+model is fed, teacher forcing), renormalized. The model's distribution at that place over the
+same level's SID tokens (its logits of those tokens, renormalized: the hard target already
+teaches which tokens may come there) is scored against it with cross-entropy, added to the
+usual loss with the weight ``sft.distill``. Alignment pairs, terminators and items without history keep the
 plain loss only.
 
 This is knowledge distillation (Hinton et al. 2015) into a model that generates items token by
@@ -27,14 +28,44 @@ from models.sft_trainer import _WindowItems
 
 
 class TeacherTargets(NamedTuple):
-    """Soft targets for some token places of a batch."""
+    """Soft targets for the token places of one SID level in a batch."""
 
     rows: torch.Tensor
     """(P,) batch row of each place."""
     columns: torch.Tensor
     """(P,) column whose logits predict the place's token (the column before it)."""
+    tokens: torch.Tensor
+    """(K,) the level's token ids: the vocabulary the targets spread over."""
     probs: torch.Tensor
-    """(P, vocabulary) the teacher's distribution over the token at that place."""
+    """(P, K) the teacher's distribution over those tokens at each place."""
+
+
+class _Level(NamedTuple):
+    """One SID level's lookup tables: which items share a prefix, and their codes' columns."""
+
+    tokens: torch.Tensor
+    """(K,) the level's token ids in use."""
+    column: torch.Tensor
+    """(items + 1,) each item's token as a column of ``tokens`` (the last row: padding, 0)."""
+    group: torch.Tensor
+    """(items,) the prefix group of each item: the items sharing its codes before this level."""
+    members: torch.Tensor
+    """(groups, largest group) the items of each group, padded with ``items`` (a zero column)."""
+
+    @classmethod
+    def of(cls, item_tokens: torch.Tensor, level: int) -> _Level:
+        n = len(item_tokens)
+        tokens, column = torch.unique(item_tokens[:, level], return_inverse=True)
+        if level == 0:  # one group: the whole catalog
+            group = torch.zeros(n, dtype=torch.long)
+        else:
+            group = torch.unique(item_tokens[:, :level], dim=0, return_inverse=True)[1]
+        size = torch.bincount(group)
+        order = torch.argsort(group, stable=True)
+        rank = torch.arange(n) - torch.repeat_interleave(torch.cumsum(size, 0) - size, size)
+        members = torch.full((len(size), int(size.max())), n)
+        members[group[order], rank] = order
+        return cls(tokens, torch.cat([column, torch.zeros(1, dtype=torch.long)]), group, members)
 
 
 class SasrecTeacher(_WindowItems):
@@ -61,8 +92,26 @@ class SasrecTeacher(_WindowItems):
         self.temperature = temperature
         self.item_of = {tuple(t): i for i, t in enumerate(item_tokens.tolist())}
         self.max_len: int = sasrec.config.max_len
+        self.levels = [_Level.of(item_tokens, level) for level in range(item_tokens.shape[1])]
+        self._cache: dict[tuple[int, ...], torch.Tensor] = {}
 
-    def _places(self, inputs: dict[str, Any]) -> tuple[list[tuple[int, int]], list[list[int]], list[int]]:
+    def _states(self, histories: list[list[int]]) -> torch.Tensor:
+        """(P, hidden) SASRec's last state after each history's last ``max_len`` items, encoded
+        once per distinct input: the windows come back every epoch."""
+        from models.baselines.sasrec import _pad_left
+
+        keys = [tuple(h[-self.max_len :]) for h in histories]
+        new = [k for k in dict.fromkeys(keys) if k not in self._cache]
+        if new:
+            device = next(self.sasrec.parameters()).device
+            with self.sasrec.inference():
+                states = self.sasrec(_pad_left(new, self.max_len).to(device))[:, -1]
+            self._cache.update(zip(new, states, strict=True))
+        return torch.stack([self._cache[k] for k in keys])
+
+    def _places(
+        self, inputs: dict[str, Any]
+    ) -> tuple[list[tuple[int, int]], list[list[int]], list[int]]:
         """(row, first SID column) of every window item that has history and is a target,
         its history (item indices, oldest first) and the item itself."""
         ids, labels = inputs["input_ids"], inputs["labels"]
@@ -85,43 +134,66 @@ class SasrecTeacher(_WindowItems):
         return places, histories, targets
 
     @torch.no_grad()
-    def targets(self, inputs: dict[str, Any], vocabulary: int) -> TeacherTargets | None:
-        """The teacher's targets for every SID token of the batch's window items (None: none)."""
-        from models.baselines.sasrec import _pad_left
-
+    def targets(self, inputs: dict[str, Any]) -> list[TeacherTargets]:
+        """The teacher's targets for every SID token of the batch's window items, one entry per
+        SID level (empty: no window item with history)."""
         places, histories, targets = self._places(inputs)
         if not places:
-            return None
+            return []
         device = inputs["input_ids"].device
-        with self.sasrec.inference():
-            seqs = _pad_left(histories, self.max_len).to(next(self.sasrec.parameters()).device)
-            scores = self.sasrec.scores(self.sasrec(seqs)[:, -1]).float().cpu()
-        for p, history in enumerate(histories):  # seen items are never recommended
-            scores[p, history] = float("-inf")
+        scores = self.sasrec.scores(self._states(histories)).float().cpu()
+        # seen items (the window's earlier items) are never recommended: an extra column takes
+        # the padding of the histories
+        seen = torch.full((len(places), max(map(len, histories))), scores.shape[1])
+        for p, history in enumerate(histories):
+            seen[p, : len(history)] = torch.tensor(history)
+        scores = torch.cat([scores, torch.zeros(len(places), 1)], 1)
+        scores = scores.scatter(1, seen, float("-inf"))[:, :-1]
         probs = (scores / self.temperature).softmax(-1)
-        codes = self.item_tokens  # (items, L)
-        target_codes = codes[torch.tensor(targets)]  # (P, L)
-        match = torch.ones_like(probs, dtype=torch.bool)
-        rows, columns, dists = [], [], []
+        probs = torch.cat([probs, torch.zeros(len(places), 1)], 1)  # the members' padding
+        target = torch.tensor(targets)
         place_rows = torch.tensor([r for r, _ in places])
         place_cols = torch.tensor([s for _, s in places])
-        for level in range(codes.shape[1]):
-            if level:
-                match &= codes[:, level - 1][None, :] == target_codes[:, level - 1][:, None]
-            mass = torch.zeros(len(places), vocabulary)
-            mass.scatter_add_(1, codes[:, level].expand(len(places), -1), probs * match)
+        out = []
+        for level, lookup in enumerate(self.levels):
+            # the items that share the true item's codes before this level, by their code here
+            members = lookup.members[lookup.group[target]]  # (P, largest group)
+            mass = torch.zeros(len(places), len(lookup.tokens))
+            mass.scatter_add_(1, lookup.column[members], probs.gather(1, members))
             total = mass.sum(-1, keepdim=True)
             keep = total.squeeze(-1) > 0  # the true prefix holds only seen items: no target
-            rows.append(place_rows[keep])
-            columns.append(place_cols[keep] + level - 1)
-            dists.append(mass[keep] / total[keep])
-        return TeacherTargets(
-            rows=torch.cat(rows).to(device),
-            columns=torch.cat(columns).to(device),
-            probs=torch.cat(dists).to(device),
-        )
+            out.append(
+                TeacherTargets(
+                    rows=place_rows[keep].to(device),
+                    columns=(place_cols[keep] + level - 1).to(device),
+                    tokens=lookup.tokens.to(device),
+                    probs=(mass[keep] / total[keep]).to(device),
+                )
+            )
+        return out
 
-    def loss(self, logits: torch.Tensor, targets: TeacherTargets) -> torch.Tensor:
-        """Mean cross-entropy of the model's next-token distributions against the teacher's."""
-        logp = F.log_softmax(logits[targets.rows, targets.columns].float(), dim=-1)
-        return -(targets.probs * logp).sum(-1).mean()
+    def loss(
+        self,
+        targets: list[TeacherTargets],
+        logits: torch.Tensor,
+        *,
+        states: torch.Tensor | None = None,
+        head: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Mean cross-entropy, over every place, of the teacher's distribution against the
+        model's next-token distribution over the same level's SID tokens.
+
+        With ``states`` (the final hidden states the logits were computed from) and ``head``
+        (the output layer's weight; no bias) the same logits are recomputed from the level's
+        rows of the weight only: the full logits then get no second gradient, which on a CPU
+        costs more than the rest of the teacher."""
+        total, places = logits.new_zeros((), dtype=torch.float32), 0
+        for t in targets:
+            flat = t.rows * logits.shape[1] + t.columns
+            if states is not None and head is not None:
+                picked = states.flatten(0, 1).index_select(0, flat) @ head[t.tokens].T
+            else:
+                picked = logits.flatten(0, 1).index_select(0, flat).index_select(1, t.tokens)
+            total = total - (t.probs * F.log_softmax(picked.float(), dim=-1)).sum()
+            places += len(t.rows)
+        return total / max(places, 1)

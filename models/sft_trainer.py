@@ -233,10 +233,26 @@ class SidSFTTrainer(SFTTrainer):
         if not distill:
             return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
         batch = dict(inputs)  # the trainer may pop the labels, which the teacher reads
-        loss, outputs = Trainer.compute_loss(self, model, inputs, True, num_items_in_batch)
-        targets = self.teacher.targets(batch, outputs.logits.shape[-1])
-        if targets is not None:
-            soft = self.teacher.loss(outputs.logits, targets)
+        # a plain output layer: its input states are kept, so the teacher's loss needs only the
+        # SID rows of its weight (peft's wrapped layer under LoRA: the logits instead)
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        states: list[torch.Tensor] = []
+        hook = None
+        if isinstance(head, torch.nn.Linear) and head.bias is None:
+            hook = head.register_forward_hook(lambda _m, args, _out: states.append(args[0]))
+        try:
+            loss, outputs = Trainer.compute_loss(self, model, inputs, True, num_items_in_batch)
+        finally:
+            if hook is not None:
+                hook.remove()
+        targets = self.teacher.targets(batch)
+        if targets:
+            soft = self.teacher.loss(
+                targets,
+                outputs.logits,
+                states=states[0] if states else None,
+                head=head.weight if states else None,
+            )
             self._metrics["train"].setdefault("distill_loss", []).append(float(soft))
             loss = loss + self.teacher.weight * soft
         return (loss, outputs) if return_outputs else loss

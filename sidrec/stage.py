@@ -141,6 +141,7 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             paths.validated("items"),
             paths.sid_map,
             *(paths.split(s) for s in ("train", "valid")),
+            *(_files(paths.sasrec_model) if settings.sft.distill > 0 else []),  # the teacher
         ]
     if stage == "grpo":
         return [

@@ -219,9 +219,7 @@ def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) ->
     return augment
 
 
-def sasrec_teacher(
-    settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids: list[str]
-) -> Any:
+def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
     """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off)."""
     cfg = settings.sft
     if cfg.distill == 0:

@@ -44,11 +44,13 @@ def _item_probs(sasrec: SASRec, history: list[int]) -> torch.Tensor:
 def test_targets_are_sasrecs_item_mass_per_code_given_the_true_prefix():
     sasrec = _sasrec()
     teacher = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0)
-    targets = teacher.targets(_window([0, 2, 1]), VOCAB)
-    assert targets is not None
+    levels = teacher.targets(_window([0, 2, 1]))
+    assert [t.tokens.tolist() for t in levels] == [[10, 11], [20, 21, 22], [30, 31, 32, 33]]
     # items 2 (after [0]) and 1 (after [0, 2]) have history; item 0 has none: 2 places x 3 levels
     got = {
-        (int(r), int(c)): p for r, c, p in zip(targets.rows, targets.columns, targets.probs, strict=True)
+        (int(r), int(c)): torch.zeros(VOCAB).index_copy(0, t.tokens, p)
+        for t in levels
+        for r, c, p in zip(t.rows, t.columns, t.probs, strict=True)
     }
     assert sorted(got) == [(0, c) for c in (4, 5, 6, 8, 9, 10)]
     assert all(torch.isclose(p.sum(), torch.tensor(1.0)) for p in got.values())
@@ -67,33 +69,42 @@ def test_targets_are_sasrecs_item_mass_per_code_given_the_true_prefix():
 
 def test_items_that_are_not_targets_and_windows_without_history_get_no_targets():
     teacher = SasrecTeacher(_sasrec(), CATALOG, bos_token_id=BOS, weight=1.0)
-    assert teacher.targets(_window([3]), VOCAB) is None
-    targets = teacher.targets(_window([0, 2, 1], masked=1), VOCAB)
-    assert targets is not None and sorted(set(targets.columns.tolist())) == [8, 9, 10]
+    assert teacher.targets(_window([3])) == []
+    levels = teacher.targets(_window([0, 2, 1], masked=1))
+    assert [t.columns.tolist() for t in levels] == [[8], [9], [10]]
     # an alignment pair (text before the SID) is never a window
     pair = {
         "input_ids": torch.tensor([[BOS, 5, 6, *CATALOG[0].tolist()]]),
         "labels": torch.tensor([[-100, -100, -100, *CATALOG[0].tolist()]]),
         "position_ids": torch.arange(6)[None],
     }
-    assert teacher.targets(pair, VOCAB) is None
+    assert teacher.targets(pair) == []
 
 
-def test_the_loss_is_the_cross_entropy_against_the_teacher():
+def test_the_loss_is_the_cross_entropy_against_the_teacher_over_each_levels_tokens():
     teacher = SasrecTeacher(_sasrec(), CATALOG, bos_token_id=BOS, weight=1.0)
     batch = _window([0, 2, 1])
-    targets = teacher.targets(batch, VOCAB)
+    levels = teacher.targets(batch)
     logits = torch.randn(1, batch["input_ids"].shape[1], VOCAB)
-    logp = logits.log_softmax(-1)
-    expected = torch.stack(
-        [-(p * logp[0, c]).sum() for c, p in zip(targets.columns, targets.probs, strict=True)]
+    expected = torch.cat(
+        [-(t.probs * logits[0, t.columns][:, t.tokens].log_softmax(-1)).sum(-1) for t in levels]
     ).mean()
-    torch.testing.assert_close(teacher.loss(logits, targets), expected)
-    # a model that puts all its mass where the teacher does pays only the teacher's entropy
-    exact = torch.full_like(logits, -1e4)
-    exact[0, targets.columns] = targets.probs.clamp_min(1e-30).log()
-    entropy = -(targets.probs * targets.probs.clamp_min(1e-30).log()).sum(-1).mean()
-    torch.testing.assert_close(teacher.loss(exact, targets), entropy)
+    torch.testing.assert_close(teacher.loss(levels, logits), expected)
+    # from the states the logits came from and the output weight: the same loss
+    states, head = torch.randn(1, logits.shape[1], 8), torch.randn(VOCAB, 8)
+    torch.testing.assert_close(
+        teacher.loss(levels, states @ head.T, states=states, head=head),
+        teacher.loss(levels, states @ head.T),
+    )
+    # a model whose distribution over the level's tokens is the teacher's pays only the
+    # teacher's entropy, whatever it gives the other tokens
+    exact = torch.randn_like(logits)
+    entropy = []
+    for t in levels:
+        log_t = t.probs.clamp_min(1e-30).log()
+        exact[0, t.columns[:, None], t.tokens[None, :]] = log_t
+        entropy.append(-(t.probs * log_t).sum(-1))
+    torch.testing.assert_close(teacher.loss(levels, exact), torch.cat(entropy).mean())
 
 
 def test_a_catalog_that_does_not_match_sasrecs_is_refused():

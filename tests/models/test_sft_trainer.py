@@ -259,3 +259,41 @@ def test_the_trainer_applies_its_augmentations_to_every_training_batch_in_order(
         augment=[recorded("corrupt"), recorded("drop")],
     ).train()
     assert calls == ["corrupt", "drop", "corrupt", "drop"]
+
+
+def test_the_teacher_adds_its_weighted_soft_target_loss_while_training(tiny_model, tmp_path):
+    from datasets import Dataset
+
+    from models.baselines.sasrec import SASRec, SASRecConfig
+    from models.distill import SasrecTeacher
+    from models.sid import sid_tokens
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    codes = [[a, b] for a in range(4) for b in range(4)]  # every SID of the tiny vocabulary
+    torch.manual_seed(0)
+    sasrec = SASRec(item_ids=[str(n) for n in range(16)], config=SASRecConfig(max_len=4))
+    item_tokens = torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(c)) for c in codes])
+    teacher = SasrecTeacher(
+        sasrec.eval(), item_tokens, bos_token_id=tokenizer.bos_token_id, weight=0.7
+    )
+    window = "".join(f"<a_{a}><b_{b}><|eos|>" for a, b in ([1, 2], [0, 3], [3, 1]))
+    examples = [{"prompt": "<|bos|>", "completion": window}]
+    args = _tiny_sft_args(tmp_path, packing=True, batch_size=1, steps=1)
+    dataset = Dataset.from_list(examples)
+    plain = SidSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    taught = SidSFTTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, teacher=teacher
+    )
+    batch = plain.data_collator([plain.train_dataset[0]])
+    targets = teacher.targets(batch)
+    assert [len(t.rows) for t in targets] == [2, 2]  # 2 items with history, 2 levels
+    model.train()
+    with torch.no_grad():
+        base = plain.compute_loss(model, dict(batch))
+        loss = taught.compute_loss(model, dict(batch))
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        model.eval()  # validation and evaluation: the plain loss
+        assert torch.equal(taught.compute_loss(model, dict(batch)), base)
+    # the trainer computes it from the output layer's input states: the same value
+    torch.testing.assert_close(loss, base + 0.7 * teacher.loss(targets, logits))
+    assert taught._metrics["train"]["distill_loss"]  # logged with the other train metrics
