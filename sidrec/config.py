@@ -341,7 +341,7 @@ class SftConfig(_Section):
     """Label smoothing of the training loss (the trainer's ``label_smoothing_factor``): this
     share of each target token's probability is spread evenly over the vocabulary, so the
     model is penalized for certainty about what it memorized. 0: plain cross-entropy."""
-    distill: float = Field(0.0, ge=0)
+    distill: float = Field(1.0, ge=0)
     """sequence objective: weight of the SASRec teacher's soft targets (the ``baselines``
     stage's model) for every SID token of the windows' items, added to the cross-entropy
     (models/distill.py). 0: off, and SFT does not read SASRec."""
