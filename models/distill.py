@@ -9,8 +9,8 @@ of every next code among the items that share the true item's first ``l`` codes 
 model is fed, teacher forcing), renormalized. The model's distribution at that place over the
 same level's SID tokens (its logits of those tokens, renormalized: the hard target already
 teaches which tokens may come there) is scored against it with cross-entropy, added to the
-usual loss with the weight ``sft.distill``. Alignment pairs, terminators and items without history keep the
-plain loss only.
+usual loss with the weight ``sft.distill``. Alignment pairs, terminators and items without
+history keep the plain loss only.
 
 This is knowledge distillation (Hinton et al. 2015) into a model that generates items token by
 token: the hard target says which item came next, the teacher how plausible every other item
