@@ -124,9 +124,11 @@ class SasrecTeacher(_WindowItems):
                 else -1
                 for s in starts
             ]
-            for j in range(1, len(starts)):
+            # an item that is not in the catalog (or cut off) leaves no history after it
+            known = next((j for j, item in enumerate(items) if item < 0), len(items))
+            for j in range(1, known):
                 s = starts[j]
-                if items[j] < 0 or labels[row, s] == -100 or min(items[:j]) < 0:
+                if labels[row, s] == -100:
                     continue
                 places.append((row, s))
                 histories.append(items[:j])

@@ -189,6 +189,14 @@ def build_datasets(
     return examples, evals
 
 
+def sid_token_matrix(tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
+    """(items, L) tensor of the SID token ids of ``item_ids``, in that order (only for SIDs of
+    one length, as the sequence windows assume)."""
+    import torch
+
+    return torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in item_ids])
+
+
 def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) -> list[Any]:
     """The batch augmentations ``sft.corrupt_items`` / ``sft.drop_items`` switch on (sequence
     objective only: the rows objective has no windows to touch)."""
@@ -197,11 +205,7 @@ def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) ->
     cfg = settings.sft
     if cfg.objective != "sequence" or (cfg.corrupt_items == 0 and cfg.drop_items == 0):
         return []
-    import torch
-
-    item_tokens = torch.tensor(  # only here: SIDs of one length (as the windows assume)
-        [tokenizer.convert_tokens_to_ids(sid_tokens(codes)) for codes in sid_map.values()]
-    )
+    item_tokens = sid_token_matrix(tokenizer, sid_map, list(sid_map))
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
     augment: list[Any] = []
     if cfg.corrupt_items > 0:
@@ -229,18 +233,13 @@ def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids
             f"sft.distill={cfg.distill} needs sft.objective=sequence (the teacher scores the "
             f"items of sequence windows; got {cfg.objective!r}); set sft.distill=0"
         )
-    import torch
-
     from models.baselines.sasrec import load_baseline
     from models.distill import SasrecTeacher
 
     sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
-    item_tokens = torch.tensor(
-        [tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in sasrec.item_ids]
-    )
     return SasrecTeacher(
         sasrec,
-        item_tokens,
+        sid_token_matrix(tokenizer, sid_map, sasrec.item_ids),
         bos_token_id=tokenizer.bos_token_id,
         weight=cfg.distill,
         temperature=cfg.distill_temperature,
