@@ -192,9 +192,12 @@ def generate_sids(
         inplace=beam,
         banned_nodes=None if banned is None else trie.banned_nodes(banned),
     )
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    shared = _prompt_cache(model, input_ids, attention_mask, num_beams) if beam else {}
     out = model.generate(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        **shared,
         logits_processor=LogitsProcessorList([processor]),
         num_beams=num_beams,
         num_return_sequences=top_k,
@@ -227,6 +230,34 @@ def generate_sids(
     if banned is not None:
         items, scores = _keep_allowed(items, scores, banned.to(items.device))
     return SidGeneration(items, scores, truncated)
+
+
+def _prompt_cache(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_beams: int
+) -> dict[str, Any]:
+    """The key/value cache of every prompt but its last token, computed once per prompt and
+    repeated for its beams: ``generate`` would otherwise encode each prompt ``num_beams`` times
+    (it repeats the prompts before its first forward pass), most of a beam search's cost when
+    prompts are long and completions are L + 1 tokens. ``generate`` then reads only the last
+    prompt token. Positions are those ``generate`` derives from the attention mask, so the
+    result is the same as without the cache (up to floating-point summation order)."""
+    from transformers import DynamicCache
+
+    if input_ids.shape[1] < 2 or not getattr(model.config, "use_cache", True):
+        return {}
+    head, mask = input_ids[:, :-1], attention_mask[:, :-1]
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(
+            input_ids=head,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+    cache.batch_repeat_interleave(num_beams)
+    return {"past_key_values": cache}
 
 
 def _keep_allowed(

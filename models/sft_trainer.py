@@ -253,6 +253,6 @@ class SidSFTTrainer(SFTTrainer):
                 states=states[0] if states else None,
                 head=head.weight if states else None,
             )
-            self._metrics["train"].setdefault("distill_loss", []).append(float(soft))
+            self._metrics["train"].setdefault("distill_loss", []).append(float(soft.detach()))
             loss = loss + self.teacher.weight * soft
         return (loss, outputs) if return_outputs else loss

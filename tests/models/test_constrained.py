@@ -346,3 +346,30 @@ def test_exclusions_must_be_trie_rows_one_list_per_prompt(model, tokenizer):
         ValueError, match=r"row 0 holds indices outside the catalog \[0, 4\) \(pass catalog rows"
     ):
         generate_sids(model, tokenizer, ["Answer:"], trie, exclude=[[4]], **kwargs)
+
+
+def test_prompts_encoded_once_per_prompt_give_the_beams_of_a_plain_search(
+    model, tokenizer, monkeypatch
+):
+    """The prompt cache shared by a prompt's beams changes nothing but the cost: same items,
+    same scores as beam search that encodes every beam's prompt (prompts of different lengths,
+    so left padding and positions are covered)."""
+    import models.constrained as constrained
+
+    sid_map = {f"i{k}": [k % 4, (k // 4) % 4, (k * 5) % 7] for k in range(30)}
+    trie = SidTrie.from_sid_map(sid_map, tokenizer)
+    prompts = [
+        "user watched <a_1><b_2><c_3> then <a_0><b_1><c_4> liked Answer:",
+        "liked Answer:",
+        "user <a_3><b_3><c_1> Answer:",
+    ]
+    calls = []
+    real = constrained._prompt_cache
+    monkeypatch.setattr(constrained, "_prompt_cache", lambda *a: calls.append(a[3]) or real(*a))
+    kwargs = {"num_beams": 8, "top_k": 5, "max_prompt_tokens": 64, "exclude": [[0], [], [3, 4]]}
+    shared = generate_sids(model, tokenizer, prompts, trie, **kwargs)
+    assert calls == [8]
+    monkeypatch.setattr(constrained, "_prompt_cache", lambda *a: {})
+    plain = generate_sids(model, tokenizer, prompts, trie, **kwargs)
+    assert shared.items.tolist() == plain.items.tolist()
+    assert torch.allclose(shared.scores, plain.scores, atol=1e-5)
