@@ -83,9 +83,14 @@ class StagesRun(NamedTuple):
 
 
 def run_stages(
-    work: Path, overrides: Sequence[str] = (), *, until: Stage = STAGES[-1]
+    work: Path,
+    overrides: Sequence[str] = (),
+    *,
+    start: Stage = STAGES[0],
+    until: Stage = STAGES[-1],
 ) -> StagesRun:
-    """Every stage function in order up to ``until`` (as `make run` runs them, without Prefect),
+    """Every stage function in order from ``start`` (the earlier ones' outputs must be in
+    ``work``) up to ``until`` (as `make run` runs them, without Prefect),
     each timed, with :func:`folder_settings` (all outputs under ``work``). Runs inside ``work``
     with MLflow tracking in ``work/mlflow.db``; the working directory and
     ``MLFLOW_TRACKING_URI`` are restored afterwards."""
@@ -95,7 +100,7 @@ def run_stages(
     results: dict[Stage, StageResult] = {}
     seconds: dict[Stage, float] = {}
     with _inside(work):
-        for stage in STAGES[: STAGES.index(until) + 1]:
+        for stage in STAGES[STAGES.index(start) : STAGES.index(until) + 1]:
             stage_fn = getattr(importlib.import_module(f"tasks.{stage}"), stage)
             started = time.perf_counter()
             results[stage] = stage_fn(settings)

@@ -1,0 +1,132 @@
+"""Benchmark: what checkpoint selection on the validation rows costs on test.
+
+    python -m bench.checkpoints --run bench/runs/quality/default/seed-0 --out /tmp/ckpt-0
+    python -m bench.checkpoints --run RUN --out OUT --set sft.distill=2 --set sft.epochs=10
+
+Copies a finished run folder's split, SIDs and SASRec (``bench.quality`` or `make run`; the
+trained SID models are left behind) to ``--out``, trains SFT there with the run's seed and
+``--set`` overrides, and at every validation also ranks the test users exactly as
+``evaluate`` ranks them (the shared recommender, the user's train and valid items excluded).
+Test scores are recorded only, never used to choose: the kept model is the one training
+keeps (``sft.patience: null`` sees the whole schedule; the table then marks the validation that
+``--patience`` would have stopped at). ``--evaluate`` then runs the evaluate stage there
+(``grpo.enabled=false``), so ``bench.compare RUN OUT`` pairs the kept model with the run's.
+Prints a markdown table: epoch, selection NDCG@10, test NDCG@10 and HR@10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from bench.common import RUN_RECORD, bench_args, folder_settings, run_stages
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", type=Path, required=True, help="a finished run folder")
+    parser.add_argument("--out", type=Path, required=True, help="where the SFT run goes")
+    parser.add_argument("--seed", type=int, default=None, help="default: the run's seed")
+    parser.add_argument(
+        "--patience", type=int, default=None, help="also mark where this patience stops"
+    )
+    parser.add_argument("--evaluate", action="store_true", help="then run evaluate there")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="section.key=value"
+    )
+
+
+def kept_by_patience(selection: list[float], patience: int | None) -> int:
+    """Index of the validation early stopping would keep: the best so far when ``patience``
+    validations in a row did not beat it (or the best overall)."""
+    best, stale = 0, 0
+    for i, value in enumerate(selection):
+        if i == 0 or value > selection[best]:
+            best, stale = i, 0
+            continue
+        stale += 1
+        if patience is not None and stale >= patience:
+            break
+    return best
+
+
+def _copy_inputs(run: Path, out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(run / "data", out / "data")
+    shutil.copytree(run / "artifacts" / "baselines", out / "artifacts" / "baselines")
+    shutil.copytree(run / "metrics", out / "metrics")
+
+
+def main() -> None:
+    args = bench_args(__doc__, _options)
+    import json
+
+    import tasks.sft
+    from models.baselines import encode_targets
+    from models.metrics import rank_metrics
+    from sidrec.errors import InputError
+    from tasks.evaluate import exclusions
+    from tasks.shared.inputs import read_split
+    from tasks.shared.validation import ValidationSample
+
+    seed = args.seed
+    if seed is None:  # a bench.quality run folder records it
+        record = args.run / RUN_RECORD
+        if not record.exists():
+            raise InputError(f"no {RUN_RECORD} to read the seed from: pass --seed", path=record)
+        seed = int(json.loads(record.read_text())["seed"])
+    for needed in ("data", "artifacts/baselines", "metrics"):
+        if not (args.run / needed).is_dir():
+            raise InputError(
+                "not a finished run folder: run the pipeline there first", path=args.run / needed
+            )
+    _copy_inputs(args.run, args.out)
+    overrides = [f"project.seed={seed}", *args.overrides]
+    settings = folder_settings(args.out.resolve(), overrides)
+    test_scores: list[dict[str, float]] = []
+
+    class WithTest(ValidationSample):
+        """The selection sample as training reads it, plus the test users, recorded only."""
+
+        def __init__(self, settings: Any, recommender: Any, train: Any, valid: Any, **kw: Any):
+            super().__init__(settings, recommender, train, valid, **kw)
+            splits = {s: read_split(settings, s) for s in ("train", "valid", "test")}
+            rows = splits["test"]
+            self.test_histories = [list(h) for h in rows["history"]]
+            self.test_exclude = exclusions(settings, splits, "test", rows)
+            self.test_targets = encode_targets(list(rows["target"]), recommender.index, "test")
+
+        def __call__(self, model: Any) -> dict[str, float]:
+            metrics = super().__call__(model)
+            ranking = self.recommender.with_model(model).rank(
+                self.test_histories, 10, exclude=self.test_exclude
+            )
+            test_scores.append(rank_metrics(ranking.items, self.test_targets, (10,)))
+            return metrics
+
+    with mock.patch.object(tasks.sft, "ValidationSample", WithTest):
+        run_stages(args.out, overrides, start="sft", until="sft")
+    if args.evaluate:
+        run_stages(args.out, [*overrides, "grpo.enabled=false"], start="evaluate")
+    history = json.loads(settings.paths.metrics("sft").read_text())["valid_history"]
+    selection = [h["ndcg@10"] for h in history]
+    marks: dict[int, list[str]] = {}
+    marks.setdefault(kept_by_patience(selection, settings.sft.patience), []).append("kept")
+    if args.patience is not None:
+        stop = kept_by_patience(selection, args.patience)
+        marks.setdefault(stop, []).append(f"kept at patience {args.patience}")
+    print(f"{args.out}: seed {seed}, {' '.join(args.overrides) or 'defaults'}")
+    print("| epoch | selection NDCG@10 | test NDCG@10 | test HR@10 | |")
+    print("|---|---|---|---|---|")
+    for i, (h, t) in enumerate(zip(history, test_scores, strict=True)):
+        print(
+            f"| {h.get('epoch', '?')} | {h['ndcg@10']:.4f} | {t['ndcg@10']:.4f} "
+            f"| {t['hr@10']:.4f} | {', '.join(marks.get(i, []))} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
