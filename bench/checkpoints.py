@@ -110,7 +110,7 @@ def main() -> None:
     with mock.patch.object(tasks.sft, "ValidationSample", WithTest):
         run_stages(args.out, overrides, start="sft", until="sft")
     if args.evaluate:
-        run_stages(args.out, [*overrides, "grpo.enabled=false"], start="evaluate")
+        run_stages(args.out, [*overrides, "grpo.enabled=false"], start="evaluate", until="evaluate")
     history = json.loads(settings.paths.metrics("sft").read_text())["valid_history"]
     selection = [h["ndcg@10"] for h in history]
     marks: dict[int, list[str]] = {}
