@@ -243,7 +243,9 @@ def _prompt_cache(
     result is the same as without the cache (up to floating-point summation order)."""
     from transformers import DynamicCache
 
-    if input_ids.shape[1] < 2 or not getattr(model.config, "use_cache", True):
+    # what generate() reads (a model saved after training may say use_cache: false in its config)
+    generation = getattr(model, "generation_config", None)
+    if input_ids.shape[1] < 2 or not getattr(generation, "use_cache", True):
         return {}
     head, mask = input_ids[:, :-1], attention_mask[:, :-1]
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)

@@ -363,12 +363,16 @@ def test_prompts_encoded_once_per_prompt_give_the_beams_of_a_plain_search(
         "liked Answer:",
         "user <a_3><b_3><c_1> Answer:",
     ]
-    calls = []
+    monkeypatch.setattr(model.config, "use_cache", False)  # as trained models are saved
+    caches: list[Any] = []
     real = constrained._prompt_cache
-    monkeypatch.setattr(constrained, "_prompt_cache", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(
+        constrained, "_prompt_cache", lambda *a: caches.append(real(*a)) or caches[-1]
+    )
     kwargs = {"num_beams": 8, "top_k": 5, "max_prompt_tokens": 64, "exclude": [[0], [], [3, 4]]}
     shared = generate_sids(model, tokenizer, prompts, trie, **kwargs)
-    assert calls == [8]
+    (cache,) = caches  # one cache: 3 prompts x 8 beams, every prompt token but the last
+    assert cache["past_key_values"].layers[0].keys.shape[0] == 3 * 8
     monkeypatch.setattr(constrained, "_prompt_cache", lambda *a: {})
     plain = generate_sids(model, tokenizer, prompts, trie, **kwargs)
     assert shared.items.tolist() == plain.items.tolist()
