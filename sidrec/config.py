@@ -345,7 +345,7 @@ class SftConfig(_Section):
     """sequence objective: weight of the SASRec teacher's soft targets (the ``baselines``
     stage's model) for every SID token of the windows' items, added to the cross-entropy
     (models/distill.py). 0: off, and SFT does not read SASRec."""
-    distill_temperature: float = Field(1.0, gt=0)
+    distill_temperature: float = Field(0.5, gt=0)
     """Softmax temperature of the teacher's item scores (> 1: flatter targets)."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     ema_decay: float | None = Field(0.995, gt=0, lt=1)
