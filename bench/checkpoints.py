@@ -93,8 +93,8 @@ def main() -> None:
 
         def __init__(self, settings: Any, recommender: Any, train: Any, valid: Any, **kw: Any):
             super().__init__(settings, recommender, train, valid, **kw)
-            splits = {s: read_split(settings, s) for s in ("train", "valid", "test")}
-            rows = splits["test"]
+            rows = read_split(settings, "test")
+            splits = {"train": train, "valid": valid, "test": rows}
             self.test_histories = [list(h) for h in rows["history"]]
             self.test_exclude = exclusions(settings, splits, "test", rows)
             self.test_targets = encode_targets(list(rows["target"]), recommender.index, "test")
@@ -111,10 +111,11 @@ def main() -> None:
         run_stages(args.out, overrides, start="sft", until="sft")
     if args.evaluate:
         run_stages(args.out, [*overrides, "grpo.enabled=false"], start="evaluate", until="evaluate")
-    history = json.loads(settings.paths.metrics("sft").read_text())["valid_history"]
+    report = json.loads(settings.paths.metrics("sft").read_text())
+    history = report["valid_history"]
     selection = [h["ndcg@10"] for h in history]
-    marks: dict[int, list[str]] = {}
-    marks.setdefault(kept_by_patience(selection, settings.sft.patience), []).append("kept")
+    kept = next(i for i, h in enumerate(history) if h.get("epoch") == report["best_epoch"])
+    marks: dict[int, list[str]] = {kept: ["kept"]}
     if args.patience is not None:
         stop = kept_by_patience(selection, args.patience)
         marks.setdefault(stop, []).append(f"kept at patience {args.patience}")
