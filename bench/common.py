@@ -136,34 +136,68 @@ def run_record(folder: Path, missing_hint: str) -> dict[str, Any]:
     return record
 
 
-def ensure_run(folder: Path, overrides: list[str], until: Stage) -> dict[str, Any]:
-    """:func:`run_stages` until ``until`` in ``folder`` and its record written last (stage
-    seconds, resolved-settings digest, machine), unless a finished run there already got that far
-    with the same resolved settings: then only its record is returned."""
+def settings_digest(folder: Path, overrides: Sequence[str]) -> str:
+    """SHA-256 of a run's resolved settings, with paths inside ``folder`` or the repo written
+    relative to them: a folder that travels inside its repo (prepared on one machine, trained on
+    another) keeps its digest."""
+    folder = folder.resolve()
+    text = json.dumps(folder_settings(folder, overrides).to_yaml_dict(), sort_keys=True)
+    text = text.replace(str(folder), "<run>").replace(str(REPO), "<repo>")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def ensure_run(
+    folder: Path, overrides: list[str], until: Stage, *, start: Stage = STAGES[0]
+) -> dict[str, Any]:
+    """:func:`run_stages` from ``start`` until ``until`` in ``folder`` and its record written
+    last (stage seconds, settings digest, machine), unless a finished run there already got that
+    far with the same settings: then only its record is returned.
+
+    With ``start`` after the first stage, the earlier stages must have finished there with the
+    same settings (a run until the stage before ``start``, e.g. on a CPU before training on a
+    GPU): their seconds are kept and their machine is recorded as ``prepared_on``."""
     folder = folder.resolve()
     settings = folder_settings(folder, overrides)
-    digest = hashlib.sha256(json.dumps(settings.to_yaml_dict(), sort_keys=True).encode())
+    digest = settings_digest(folder, overrides)
     path = folder / RUN_RECORD
-    if path.exists():
-        record: dict[str, Any] = json.loads(path.read_text())
-        reached = STAGES.index(record["until"]) >= STAGES.index(until)
-        if reached and record["settings_sha256"] == digest.hexdigest():
-            return record
-    print(f"running the stages until {until} in {folder}", file=sys.stderr, flush=True)
-    path.unlink(missing_ok=True)  # unfinished until the new record is written
-    run = run_stages(folder, overrides, until=until)
-    record = {
+    record: dict[str, Any] | None = json.loads(path.read_text()) if path.exists() else None
+    same = record is not None and record["settings_sha256"] == digest
+    if record is not None and same and STAGES.index(record["until"]) >= STAGES.index(until):
+        return record
+    first = STAGES.index(start)
+    prepared: dict[str, Any] | None = None
+    if first > 0:
+        before = STAGES[first - 1]
+        if record is None or not same or STAGES.index(record["until"]) < first - 1:
+            raise InputError(
+                f"the stages until {before} have not finished there with these settings; "
+                f"prepare the folder with the same options and --until {before} first",
+                path=folder,
+            )
+        prepared = {
+            "until": before,
+            "seconds": {s: v for s, v in record["seconds"].items() if s in STAGES[:first]},
+            "machine": record.get("prepared_on", {}).get("machine", record["machine"]),
+        }
+    print(f"running the stages {start}..{until} in {folder}", file=sys.stderr, flush=True)
+    if prepared is None:  # unfinished until the new record is written (a prepared folder's
+        path.unlink(missing_ok=True)  # record stays true of its stages: a failed run can retry)
+    run = run_stages(folder, overrides, start=start, until=until)
+    seconds = {stage: round(s, 1) for stage, s in run.seconds.items()}
+    new_record = {
         "dataset": settings.project.dataset,
         "seed": settings.project.seed,
         "until": until,
         "overrides": list(overrides),
-        "settings_sha256": digest.hexdigest(),
-        "seconds": {stage: round(s, 1) for stage, s in run.seconds.items()},
+        "settings_sha256": digest,
+        "seconds": seconds if prepared is None else {**prepared["seconds"], **seconds},
         "machine": machine(),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    atomic_write_json(path, record)
-    return record
+    if prepared is not None:
+        new_record["prepared_on"] = {"until": prepared["until"], "machine": prepared["machine"]}
+    atomic_write_json(path, new_record)
+    return new_record
 
 
 def machine() -> dict[str, Any]:

@@ -5,10 +5,15 @@ validation curve per objective.
     python -m bench.quality --presets default --seeds 0    # one preset, one seed
     python -m bench.quality --set sft.epochs=1             # any params.yaml key, for every run
     python -m bench.quality --skip-run                     # tables, JSON and plot from the runs
+    python -m bench.quality --presets quality --until baselines   # prepare the folders (a CPU),
+    python -m bench.quality --presets quality --start sft         # then train there (a GPU)
 
 Each preset and seed runs ingest → evaluate in its own folder, ``<workdir>/<preset>/seed-<s>``
 (``--set project.preset=<preset> --set project.seed=<s>``); a folder whose finished run had the
-same resolved settings is reused, not rerun. Every run scores the same test users (the split
+same resolved settings is reused, not rerun. ``--until`` stops the runs after a stage (no
+report); ``--start`` runs from a stage in folders prepared that way with the same options, which
+may have travelled inside the repo to another machine (paths inside the repo are recorded
+relative to it). Every run scores the same test users (the split
 does not depend on the seed). Per preset it prints:
 
 - test HR@10 and NDCG@10 per model, mean ± sd over the seeds (sample sd). "best generative" is,
@@ -58,6 +63,7 @@ from models.stats import paired_bootstrap_interval, paired_ratio_interval
 from sidrec.config import load_settings
 from sidrec.errors import InputError, SidrecError
 from sidrec.io import atomic_path, atomic_write_json, read_json
+from sidrec.stage import STAGES, Stage
 from sidrec.tracking import log_stage, metric_key
 from tasks.evaluate import BEST
 
@@ -69,6 +75,9 @@ RATIO_METRIC = "ndcg@10"
 CONFIDENCE = 0.95
 PLOT = REPO / "docs" / "img" / "quality-valid-ndcg.png"
 RERUN_HINT = "run `python -m bench.quality` without --skip-run (same options) to make it"
+LAST: Stage = "evaluate"
+"""The runs end here (what the report reads); registering is not part of a benchmark."""
+RUN_STAGES = STAGES[: STAGES.index(LAST) + 1]
 
 
 def run_folder(workdir: Path, preset: str, seed: int, objective: str | None = None) -> Path:
@@ -152,6 +161,7 @@ def summarize_preset(preset: str, runs: list[SeedRun], *, resamples: int) -> dic
         "grpo_minus_sft": grpo_minus_sft(runs, resamples),
         "minutes": minutes,
         "machine": runs[0].record["machine"],
+        "prepared_on": runs[0].record.get("prepared_on"),
     }
 
 
@@ -296,10 +306,17 @@ def tables(report: dict[str, Any]) -> str:
     lines = []
     for preset, p in report["presets"].items():
         m = p["machine"]
+        prepared = p.get("prepared_on")
+        before = (
+            ""
+            if prepared is None
+            else f" (the stages until {prepared['until']} on {prepared['machine']['cpus']} CPUs, "
+            f"GPU {prepared['machine']['gpu'] or 'none'})"
+        )
         lines += [
             f"**preset {preset}** — {report['dataset']}, {p['test_users']} test users, mean ± sd "
             f"over seeds {', '.join(map(str, p['seeds']))}; {m['cpus']} CPUs, "
-            f"{m['torch_threads']} torch threads, GPU {m['gpu'] or 'none'}",
+            f"{m['torch_threads']} torch threads, GPU {m['gpu'] or 'none'}{before}",
             "",
             "| model (test) | HR@10 | NDCG@10 |",
             "|---|---|---|",
@@ -380,6 +397,18 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--output", type=Path, help="default: metrics/quality.json")
+    parser.add_argument(
+        "--start",
+        choices=RUN_STAGES,
+        default=STAGES[0],
+        help="first stage to run (default: ingest)",
+    )
+    parser.add_argument(
+        "--until",
+        choices=RUN_STAGES,
+        default=LAST,
+        help="last stage to run; before evaluate the folders are only prepared (no report)",
+    )
 
 
 def main() -> None:
@@ -395,12 +424,18 @@ def main() -> None:
         for preset in args.presets:
             for seed in args.seeds:
                 run = run_overrides(preset, seed, overrides)
-                ensure_run(run_folder(workdir, preset, seed), run, "evaluate")
+                folder = run_folder(workdir, preset, seed)
+                ensure_run(folder, run, args.until, start=args.start)
+            if args.until != LAST:
+                continue
             for objective in args.objectives:  # the preset's own run where it trained this one
                 folder = objective_folder(workdir, preset, args.seeds[0], objective)
                 if folder != run_folder(workdir, preset, args.seeds[0]):
                     run = run_overrides(preset, args.seeds[0], overrides)
                     ensure_run(folder, [*run, f"sft.objective={objective}"], "sft")
+        if args.until != LAST:
+            print(f"prepared until {args.until} under {workdir}; no report before evaluate")
+            return
     report = build_report(
         workdir, args.presets, args.seeds, args.objectives, resamples=args.resamples
     )

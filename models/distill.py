@@ -193,7 +193,10 @@ class SasrecTeacher(_WindowItems):
         for t in targets:
             flat = t.rows * logits.shape[1] + t.columns
             if states is not None and head is not None:
-                picked = states.flatten(0, 1).index_select(0, flat) @ head[t.tokens].T
+                # in the weight's dtype, whatever mixed precision made of the states
+                picked = (
+                    states.flatten(0, 1).index_select(0, flat).to(head.dtype) @ head[t.tokens].T
+                )
             else:
                 picked = logits.flatten(0, 1).index_select(0, flat).index_select(1, t.tokens)
             total = total - (t.probs * F.log_softmax(picked.float(), dim=-1)).sum()

@@ -14,7 +14,14 @@ import pandas as pd
 import pytest
 
 import bench.common
-from bench.common import RUN_RECORD, StagesRun, ensure_run, folder_paths, folder_settings
+from bench.common import (
+    RUN_RECORD,
+    StagesRun,
+    ensure_run,
+    folder_paths,
+    folder_settings,
+    settings_digest,
+)
 from bench.quality import (
     BEST,
     build_report,
@@ -173,6 +180,7 @@ def test_the_json_holds_every_section_and_round_trips(tmp_path: Path, runs: Any)
         "grpo_minus_sft",
         "minutes",
         "machine",
+        "prepared_on",
     }
     assert list(report["presets"]["default"]["models"]) == [*MODELS, BEST]
     assert set(report["objectives"]["default"]) == {"sequence", "rows"}
@@ -197,6 +205,21 @@ def test_tables_show_mean_sd_ratio_target_and_minutes(tmp_path: Path, runs: Any)
     assert "target >= 1.00x: " + ("met" if ratio["met"] else "NOT met") in text
     assert "| minutes | ingest | sft | evaluate | total |" in text
     assert "| rows | 10.0 | 2 | 0.0300 | 2 |" in text
+    assert "GPU none\n" in text  # trained where it was prepared: no second machine named
+
+
+def test_tables_name_the_machine_a_folder_was_prepared_on(tmp_path: Path, runs: Any) -> None:
+    gpu = {**MACHINE, "cpus": 16, "gpu": "NVIDIA H100 80GB HBM3"}
+    for seed in SEEDS:
+        path = run_folder(tmp_path, "default", seed) / RUN_RECORD
+        record = json.loads(path.read_text())
+        prepared = {"until": "baselines", "machine": record["machine"]}
+        path.write_text(json.dumps({**record, "machine": gpu, "prepared_on": prepared}))
+    text = tables(report_of(tmp_path))
+    assert (
+        "16 CPUs, 2 torch threads, GPU NVIDIA H100 80GB HBM3 (the stages until baselines on "
+        "2 CPUs, GPU none)" in text
+    )
 
 
 def test_sft_curves_spread_train_seconds_over_the_steps(tmp_path: Path, runs: Any) -> None:
@@ -237,7 +260,7 @@ def test_a_finished_run_with_the_same_settings_is_reused_and_others_rerun(
 ) -> None:
     ran: list[list[str]] = []
 
-    def fake_run(work: Path, overrides: list[str], *, until: str) -> StagesRun:
+    def fake_run(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
         ran.append(list(overrides))
         return StagesRun(folder_settings(work, overrides), {}, {"ingest": 1.04})
 
@@ -250,3 +273,51 @@ def test_a_finished_run_with_the_same_settings_is_reused_and_others_rerun(
     assert ensure_run(folder, ["project.seed=3"], "grpo")["until"] == "grpo"  # further: rerun
     ensure_run(folder, ["project.seed=4"], "sft")  # other settings: rerun
     assert ran == [["project.seed=3"]] * 2 + [["project.seed=4"]]
+
+
+def test_a_folder_prepared_until_a_stage_is_trained_from_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--until baselines on one machine, --start sft on another: the later run keeps the earlier
+    stages' seconds and machine, and refuses a folder not prepared with the same settings."""
+    ran: list[tuple[str, str]] = []
+
+    def fake_run(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
+        ran.append((start, until))
+        stages = ("ingest", "baselines") if start == "ingest" else ("sft", "evaluate")
+        return StagesRun(folder_settings(work, overrides), {}, dict.fromkeys(stages, 2.0))
+
+    monkeypatch.setattr(bench.common, "run_stages", fake_run)
+    folder = tmp_path / "run"
+    with pytest.raises(InputError, match="--until baselines"):  # nothing prepared
+        ensure_run(folder, ["project.seed=3"], "evaluate", start="sft")
+    ensure_run(folder, ["project.seed=3"], "baselines")
+    prepared = json.loads((folder / RUN_RECORD).read_text())
+    prepared["machine"] = {**prepared["machine"], "cpus": 2, "gpu": None}
+    (folder / RUN_RECORD).write_text(json.dumps(prepared))
+    with pytest.raises(InputError, match="with these settings"):
+        ensure_run(folder, ["project.seed=4"], "evaluate", start="sft")
+    with pytest.raises(InputError, match="--until grpo"):  # baselines is not grpo
+        ensure_run(folder, ["project.seed=3"], "evaluate", start="evaluate")
+
+    def failing_run(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
+        raise RuntimeError("out of GPU memory")
+
+    monkeypatch.setattr(bench.common, "run_stages", failing_run)
+    with pytest.raises(RuntimeError):
+        ensure_run(folder, ["project.seed=3"], "evaluate", start="sft")
+    assert json.loads((folder / RUN_RECORD).read_text()) == prepared  # still prepared: retry
+    monkeypatch.setattr(bench.common, "run_stages", fake_run)
+    record = ensure_run(folder, ["project.seed=3"], "evaluate", start="sft")
+    assert ran == [("ingest", "baselines"), ("sft", "evaluate")]
+    assert record["until"] == "evaluate"
+    assert record["seconds"] == {"ingest": 2.0, "baselines": 2.0, "sft": 2.0, "evaluate": 2.0}
+    assert record["prepared_on"] == {"until": "baselines", "machine": prepared["machine"]}
+    assert ensure_run(folder, ["project.seed=3"], "evaluate", start="sft") == record  # reused
+
+
+def test_the_settings_digest_survives_a_move_of_the_folder(tmp_path: Path) -> None:
+    """Paths inside the run folder are recorded relative to it; other settings still count."""
+    a, b = tmp_path / "here" / "seed-0", tmp_path / "there" / "seed-0"
+    assert settings_digest(a, ["project.seed=0"]) == settings_digest(b, ["project.seed=0"])
+    assert settings_digest(a, ["project.seed=0"]) != settings_digest(a, ["project.seed=1"])

@@ -5,17 +5,19 @@ stage's text embeddings, collaborative item factors of the train split, or both 
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from models.item_factors import CollaborativeBasis, ItemFactors, fit_item_factors, fold_in
-from models.quantizer import SavedQuantizer
 from sidrec.config import Settings, SidsConfig
 from sidrec.errors import ConfigError, InputError
 from sidrec.protocol import catalog_fingerprint
 from tasks.shared.inputs import read_split
+
+if TYPE_CHECKING:  # the quantizers (and faiss) load only where SIDs are built
+    from models.quantizer import SavedQuantizer
 
 
 def load_embeddings(settings: Settings, item_ids: list[str]) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pytest
 import torch
 
@@ -297,3 +298,33 @@ def test_the_teacher_adds_its_weighted_soft_target_loss_while_training(tiny_mode
     # the trainer computes it from the output layer's input states: the same value
     torch.testing.assert_close(loss, base + 0.7 * teacher.loss(targets, logits))
     assert taught._metrics["train"]["distill_loss"]  # logged with the other train metrics
+
+
+def test_the_teacher_trains_under_bf16_autocast(tiny_model, tmp_path):
+    """The GPU workers' mixed precision (bf16 autocast), here on the CPU: the teacher's loss
+    from the output layer's input states is finite and a step trains."""
+    from datasets import Dataset
+
+    from models.baselines.sasrec import SASRec, SASRecConfig
+    from models.distill import SasrecTeacher
+    from models.sid import sid_tokens
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    codes = [[a, b] for a in range(4) for b in range(4)]
+    torch.manual_seed(0)
+    sasrec = SASRec(item_ids=[str(n) for n in range(16)], config=SASRecConfig(max_len=4))
+    item_tokens = torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(c)) for c in codes])
+    teacher = SasrecTeacher(
+        sasrec.eval(), item_tokens, bos_token_id=tokenizer.bos_token_id, weight=1.0
+    )
+    window = "".join(f"<a_{a}><b_{b}><|eos|>" for a, b in ([1, 2], [0, 3], [3, 1]))
+    dataset = Dataset.from_list([{"prompt": "<|bos|>", "completion": window}])
+    args = _tiny_sft_args(tmp_path, packing=True, batch_size=1, steps=1, bf16=True)
+    trainer = SidSFTTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, teacher=teacher
+    )
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer.train()
+    distill = trainer.state.log_history[0]["distill_loss"]
+    assert distill > 0 and math.isfinite(distill)
+    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())
