@@ -114,7 +114,7 @@ class SasrecTeacher(_WindowItems):
     ) -> tuple[list[tuple[int, int]], list[list[int]], list[int]]:
         """(row, first SID column) of every window item that has history and is a target,
         its history (item indices, oldest first) and the item itself."""
-        ids, labels = inputs["input_ids"], inputs["labels"]
+        ids, labels = inputs["input_ids"].cpu(), inputs["labels"].cpu()  # read token by token
         length = self.item_tokens.shape[1]
         places, histories, targets = [], [], []
         for row, _, end, starts in self.windows(inputs):

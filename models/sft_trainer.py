@@ -75,10 +75,11 @@ class _WindowItems:
     def windows(self, inputs: dict[str, Any]) -> Iterator[tuple[int, int, int, list[int]]]:
         """(row, start, end, item starts) of every window: ``start`` is its BOS, ``end`` the
         column after it."""
-        ids = inputs["input_ids"]
+        ids = inputs["input_ids"].cpu()  # walked token by token: on a GPU, one copy first
         positions = inputs.get("position_ids")
         if positions is None:  # one example per row
             positions = torch.arange(ids.shape[1]).expand_as(ids)
+        positions = positions.cpu()
         first = self._is_first_level(ids)
         for row in range(ids.shape[0]):
             starts = torch.nonzero(positions[row] == 0).flatten().tolist()
@@ -170,6 +171,11 @@ class ItemDeletion(_WindowItems):
         return out
 
 
+def _moved(inputs: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The batch with its tensors on ``device``."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
 def _restarted_positions(positions: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     """Position ids of a packed row's kept columns, restarting at 0 where an example starts
     (where the old position was 0)."""
@@ -209,8 +215,12 @@ class SidSFTTrainer(SFTTrainer):
         if self.shard.first_batch is None:  # only the first batch is fingerprinted
             rows = [row[row != self._pad_token_id].tolist() for row in rows]
         self.shard.add(rows)
-        for augment in self.augment:
-            inputs = augment(inputs)
+        if self.augment:  # rewritten item by item: on the CPU, then back to the batch's device
+            device = inputs["input_ids"].device
+            inputs = _moved(inputs, torch.device("cpu"))
+            for augment in self.augment:
+                inputs = augment(inputs)
+            inputs = _moved(inputs, device)
         return super().training_step(model, inputs, *args, **kwargs)
 
     def compute_loss(
