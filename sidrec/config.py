@@ -494,7 +494,8 @@ class RegisterConfig(_Section):
     model_name: str | None = None
     """Registered model name; null = ``sidrec-<dataset>``."""
     candidate: Literal["auto", "grpo", "sft"] = "auto"
-    """Which trained model is registered: auto = grpo when that stage ran, else sft."""
+    """Which trained model is registered: auto = the one evaluate picked on the validation gate
+    users (``best_generative`` of metrics/eval.json)."""
     gate_metric: str = "valid.ndcg@10"
     """``valid.<hr|ndcg>@K``: the metric the gate compares, user by user, on the gate half of
     the validation users (the half no checkpoint was selected on). Test is reported, never

@@ -42,15 +42,23 @@ class Candidate(NamedTuple):
 
 
 def pick_candidate(settings: Settings) -> Candidate:
-    """The model to register: ``register.candidate``, where ``auto`` means the GRPO model when
-    ``grpo.enabled`` and it exists, else the SFT model."""
+    """The model to register: ``register.candidate``, where ``auto`` means the SID model
+    evaluate picked on the validation gate users (``best_generative`` of ``metrics/eval.json``):
+    the GRPO model only where it scored above its SFT start there."""
     from models.lm import check_model_dir
 
     paths = settings.paths
     choice = settings.register_.candidate
     if choice == "auto":
-        grpo_ran = settings.grpo.enabled and paths.grpo_model.is_dir()
-        choice = "grpo" if grpo_ran else "sft"
+        path = paths.metrics("eval")
+        report = read_json(path, "evaluation metrics", "run `sidrec evaluate` first")
+        choice = report.get("best_generative")
+        if choice not in ("sft", "grpo"):
+            raise InputError(
+                f"the evaluation names no SID model to register (best_generative: {choice!r}); "
+                "re-run `sidrec evaluate`, or set register.candidate to sft or grpo",
+                path=path,
+            )
     model_dir = paths.grpo_model if choice == "grpo" else paths.sft_model
     if not model_dir.is_dir():
         raise InputError(

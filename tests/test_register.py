@@ -302,15 +302,25 @@ def test_a_champion_that_cannot_be_loaded_moves_nothing(tiny, client) -> None:
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
 
 
-def test_register_auto_prefers_grpo_and_needs_its_eval_row(project: Path, tiny_project) -> None:
+@pytest.mark.parametrize("picked", ["grpo", "sft"])
+def test_register_auto_registers_the_model_evaluate_picked(
+    project: Path, tiny_project, picked: str
+) -> None:
+    """Not GRPO whenever it ran: the SID model evaluate picked on the gate users."""
     settings = tiny_project.settings(project, grpo={"enabled": True}, register={"model_name": NAME})
     tiny_project.write(settings, grpo_model=True)
     with pytest.raises(InputError, match="run `sidrec evaluate` first"):
         register(settings)
     tiny_project.evaluate(settings)
+    path = settings.paths.metrics("eval")
+    report = json.loads(path.read_text())
+    path.write_text(json.dumps({**report, "best_generative": picked}))
     m = register(settings).metrics
-    assert (m["candidate"], m["promoted"]) == ("grpo", True)
-    assert _registered(NAME)
+    assert (m["candidate"], m["promoted"]) == (picked, True)
+    assert m["candidate_value"] == pytest.approx(report["valid"][picked]["ndcg@10"])
+    path.write_text(json.dumps({**report, "best_generative": None}))
+    with pytest.raises(InputError, match="names no SID model to register"):
+        register(settings)
 
 
 def test_register_disabled_logs_nothing(project: Path, tiny_project) -> None:
