@@ -263,25 +263,30 @@ def test_the_trainer_applies_its_augmentations_to_every_training_batch_in_order(
     assert calls == ["corrupt", "drop", "corrupt", "drop"]
 
 
-def test_the_teacher_adds_its_weighted_soft_target_loss_while_training(tiny_model, tmp_path):
+def _tiny_teacher(tokenizer, weight: float):
+    """A SASRec teacher over every SID of the tiny vocabulary (16 items, 2 levels), and a
+    one-example dataset: one window of 3 items, 2 of them with history."""
     from datasets import Dataset
 
     from models.baselines.sasrec import SASRec, SASRecConfig
     from models.distill import SasrecTeacher
     from models.sid import sid_tokens
 
-    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
     codes = [[a, b] for a in range(4) for b in range(4)]  # every SID of the tiny vocabulary
     torch.manual_seed(0)
     sasrec = SASRec(item_ids=[str(n) for n in range(16)], config=SASRecConfig(max_len=4))
     item_tokens = torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(c)) for c in codes])
     teacher = SasrecTeacher(
-        sasrec.eval(), item_tokens, bos_token_id=tokenizer.bos_token_id, weight=0.7
+        sasrec.eval(), item_tokens, bos_token_id=tokenizer.bos_token_id, weight=weight
     )
     window = "".join(f"<a_{a}><b_{b}><|eos|>" for a, b in ([1, 2], [0, 3], [3, 1]))
-    examples = [{"prompt": "<|bos|>", "completion": window}]
+    return teacher, Dataset.from_list([{"prompt": "<|bos|>", "completion": window}])
+
+
+def test_the_teacher_adds_its_weighted_soft_target_loss_while_training(tiny_model, tmp_path):
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    teacher, dataset = _tiny_teacher(tokenizer, weight=0.7)
     args = _tiny_sft_args(tmp_path, packing=True, batch_size=1, steps=1)
-    dataset = Dataset.from_list(examples)
     plain = SidSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     taught = SidSFTTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, teacher=teacher
@@ -304,22 +309,8 @@ def test_the_teacher_adds_its_weighted_soft_target_loss_while_training(tiny_mode
 def test_the_teacher_trains_under_bf16_autocast(tiny_model, tmp_path):
     """The GPU workers' mixed precision (bf16 autocast), here on the CPU: the teacher's loss
     from the output layer's input states is finite and a step trains."""
-    from datasets import Dataset
-
-    from models.baselines.sasrec import SASRec, SASRecConfig
-    from models.distill import SasrecTeacher
-    from models.sid import sid_tokens
-
     model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
-    codes = [[a, b] for a in range(4) for b in range(4)]
-    torch.manual_seed(0)
-    sasrec = SASRec(item_ids=[str(n) for n in range(16)], config=SASRecConfig(max_len=4))
-    item_tokens = torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(c)) for c in codes])
-    teacher = SasrecTeacher(
-        sasrec.eval(), item_tokens, bos_token_id=tokenizer.bos_token_id, weight=1.0
-    )
-    window = "".join(f"<a_{a}><b_{b}><|eos|>" for a, b in ([1, 2], [0, 3], [3, 1]))
-    dataset = Dataset.from_list([{"prompt": "<|bos|>", "completion": window}])
+    teacher, dataset = _tiny_teacher(tokenizer, weight=1.0)
     args = _tiny_sft_args(tmp_path, packing=True, batch_size=1, steps=1, bf16=True)
     trainer = SidSFTTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, teacher=teacher
