@@ -10,7 +10,10 @@ trained SID models are left behind) to ``--out``, trains SFT there with the run'
 Test scores are recorded only, never used to choose: the kept model is the one training
 keeps (``sft.patience: null`` sees the whole schedule; the table then marks the validation that
 ``--patience`` would have stopped at). ``--evaluate`` then runs the evaluate stage there
-(``grpo.enabled=false``), so ``bench.compare RUN OUT`` pairs the kept model with the run's.
+(``grpo.enabled=false``), so ``bench.compare RUN OUT`` pairs the kept model with the run's,
+and writes the run record that ``bench.quality --skip-run`` reads (``--out`` laid out as
+``WORKDIR/PRESET/seed-N``: a variant trained from prepared folders, e.g. on a lent GPU; the SFT
+seconds there include ranking the test users at every validation).
 Prints a markdown table: epoch, selection NDCG@10, test NDCG@10 and HR@10.
 """
 
@@ -22,7 +25,14 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from bench.common import RUN_RECORD, bench_args, folder_settings, run_stages
+from bench.common import (
+    RUN_RECORD,
+    bench_args,
+    folder_settings,
+    prepared_by,
+    run_stages,
+    write_run_record,
+)
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -72,12 +82,13 @@ def main() -> None:
     from tasks.shared.inputs import read_split
     from tasks.shared.validation import ValidationSample
 
+    source = args.run / RUN_RECORD  # a bench.quality run folder has one
+    record = json.loads(source.read_text()) if source.exists() else None
     seed = args.seed
-    if seed is None:  # a bench.quality run folder records it
-        record = args.run / RUN_RECORD
-        if not record.exists():
-            raise InputError(f"no {RUN_RECORD} to read the seed from: pass --seed", path=record)
-        seed = int(json.loads(record.read_text())["seed"])
+    if seed is None:
+        if record is None:
+            raise InputError(f"no {RUN_RECORD} to read the seed from: pass --seed", path=source)
+        seed = int(record["seed"])
     for needed in ("data", "artifacts/baselines", "metrics"):
         if not (args.run / needed).is_dir():
             raise InputError(
@@ -108,9 +119,13 @@ def main() -> None:
             return metrics
 
     with mock.patch.object(tasks.sft, "ValidationSample", WithTest):
-        run_stages(args.out, overrides, start="sft", until="sft")
+        trained = run_stages(args.out, overrides, start="sft", until="sft")
     if args.evaluate:
-        run_stages(args.out, [*overrides, "grpo.enabled=false"], start="evaluate", until="evaluate")
+        evaluated = [*overrides, "grpo.enabled=false"]
+        scored = run_stages(args.out, evaluated, start="evaluate", until="evaluate")
+        seconds = {**trained.seconds, **scored.seconds}
+        prepared = None if record is None else prepared_by(record, "sft")
+        write_run_record(args.out, evaluated, "evaluate", seconds, prepared)
     report = json.loads(settings.paths.metrics("sft").read_text())
     history = report["valid_history"]
     selection = [h["ndcg@10"] for h in history]

@@ -157,7 +157,6 @@ def ensure_run(
     same settings (a run until the stage before ``start``, e.g. on a CPU before training on a
     GPU): their seconds are kept and their machine is recorded as ``prepared_on``."""
     folder = folder.resolve()
-    settings = folder_settings(folder, overrides)
     digest = settings_digest(folder, overrides)
     path = folder / RUN_RECORD
     record: dict[str, Any] | None = json.loads(path.read_text()) if path.exists() else None
@@ -174,30 +173,51 @@ def ensure_run(
                 f"prepare the folder with the same options and --until {before} first",
                 path=folder,
             )
-        prepared = {
-            "until": before,
-            "seconds": {s: v for s, v in record["seconds"].items() if s in STAGES[:first]},
-            "machine": record.get("prepared_on", {}).get("machine", record["machine"]),
-        }
+        prepared = prepared_by(record, start)
     print(f"running the stages {start}..{until} in {folder}", file=sys.stderr, flush=True)
     if prepared is None:  # unfinished until the new record is written (a prepared folder's
         path.unlink(missing_ok=True)  # record stays true of its stages: a failed run can retry)
     run = run_stages(folder, overrides, start=start, until=until)
-    seconds = {stage: round(s, 1) for stage, s in run.seconds.items()}
-    new_record = {
+    return write_run_record(folder, overrides, until, run.seconds, prepared)
+
+
+def prepared_by(record: dict[str, Any], start: Stage) -> dict[str, Any]:
+    """What a run from ``start`` keeps of the :data:`RUN_RECORD` of the run that made its
+    inputs: the last stage before ``start``, those stages' seconds and their machine."""
+    first = STAGES.index(start)
+    return {
+        "until": STAGES[first - 1],
+        "seconds": {s: v for s, v in record["seconds"].items() if s in STAGES[:first]},
+        "machine": record.get("prepared_on", {}).get("machine", record["machine"]),
+    }
+
+
+def write_run_record(
+    folder: Path,
+    overrides: Sequence[str],
+    until: Stage,
+    seconds: dict[Stage, float],
+    prepared: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``folder``'s :data:`RUN_RECORD` (last, atomically) for a run that just finished
+    ``until`` with ``overrides``: ``seconds`` per stage it ran, and where the stages before it
+    ran (``prepared``: ``until``, their ``seconds`` and ``machine``), if not in this run."""
+    settings = folder_settings(folder, overrides)
+    ran = {stage: round(s, 1) for stage, s in seconds.items()}
+    record: dict[str, Any] = {
         "dataset": settings.project.dataset,
         "seed": settings.project.seed,
         "until": until,
         "overrides": list(overrides),
-        "settings_sha256": digest,
-        "seconds": seconds if prepared is None else {**prepared["seconds"], **seconds},
+        "settings_sha256": settings_digest(folder, overrides),
+        "seconds": ran if prepared is None else {**prepared["seconds"], **ran},
         "machine": machine(),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if prepared is not None:
-        new_record["prepared_on"] = {"until": prepared["until"], "machine": prepared["machine"]}
-    atomic_write_json(path, new_record)
-    return new_record
+        record["prepared_on"] = {"until": prepared["until"], "machine": prepared["machine"]}
+    atomic_write_json(folder / RUN_RECORD, record)
+    return record
 
 
 def machine() -> dict[str, Any]:
