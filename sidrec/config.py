@@ -551,16 +551,19 @@ QUALITY_PRESET: dict[str, Any] = {
     "model.tiny.heads": 4,
     "model.tiny.kv_heads": 2,
     "model.tiny.intermediate_size": 1024,
-    "sft.epochs": 40,
+    "sft.epochs": 10,
     "sft.learning_rate": 0.001,
-    "sft.eval_every": 2,
-    "sft.patience": 3,
+    "sft.dropout": 0.1,
+    "sft.eval_every": 10,
+    "sft.patience": None,
     "grpo.max_steps": 600,
     "grpo.eval_every": 100,
 }
 """``presets.quality``: a 4.6M-parameter decoder with our SID vocabulary (hidden 256 x 4
-layers, the size issue 13's GPU evidence reached 1.16x its SASRec with) trained longer, for GPU
-workers or a patient CPU (~8 min an SFT epoch on 2 CPU cores)."""
+layers, the size issue 13's GPU evidence reached 1.16x its SASRec with), dropout 0.1 and a
+10-epoch schedule whose last model is kept (it peaked at epoch 8 of a 40-epoch schedule and
+overfit; docs/benchmarks.md), for GPU workers or a patient CPU (~8 min an SFT epoch on 2 CPU
+cores)."""
 
 
 class Settings(_Section):
