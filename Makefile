@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 # pip compiles every module to bytecode: the environment may set PYTHONDONTWRITEBYTECODE, and
-# then no run would write it (--no-compile made a clean-clone `make test` 6 minutes slower)
+# then no run writes it (with --no-compile every process compiled its imports from source)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
