@@ -579,14 +579,11 @@ def sft_result(_trained_template: tuple[Path, StageResult]) -> StageResult:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist's ``--dist loadgroup`` (`make test`) the tests of the session's SFT
-    model run on one worker, which trains it once, and the `slow` tests are handed out first:
-    the workers start on the minutes-long ones and fill the end with short ones, instead of one
-    worker idling while the other finishes an end-to-end run collected late."""
+    model run on one worker, which trains it once."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             if "trained" in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group("trained"))
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
 # ---------------------------------------------------------------- random SID maps
