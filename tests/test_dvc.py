@@ -129,7 +129,7 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, csv_project, run_sidr
     _write_params(work, params)
 
     # new split files: every stage that reads them is out of date, and none upstream (DVC
-    # re-runs a stage whose recorded inputs changed; `dvc repro` would run exactly these)
+    # re-runs a stage whose recorded inputs changed; `dvc repro` would start from these)
     params["split"]["max_history"] = 1  # shorter histories: new split files
     _write_params(work, params)
     assert _ran(_run([str(DVC), "repro", "split"], work)) == {"split"}
