@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from models.rewards import NO_TARGET
+
 if TYPE_CHECKING:
     from models.grpo_trainer import RolloutRewards
 
@@ -58,7 +60,9 @@ class SampleTables:
             "step": batch.step,
             "group": i // self.g,
             "recent history": " | ".join(self.titles[h] for h in row["history_index"][-3:]),
-            "target": self.titles[row["target_index"]],
+            "target": (
+                self.titles[row["target_index"]] if row["target_index"] != NO_TARGET else "(none)"
+            ),
             "rank": batch.ranks[i],
             "completion": self.titles[item] if item >= 0 else "<invalid>",
             **{name: round(float(v), 4) for name, v in rewards},

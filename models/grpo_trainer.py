@@ -56,6 +56,7 @@ from trl.models import unwrap_model_for_generation
 from models.constrained import SidConstrainedLogitsProcessor, generate_sids, left_pad
 from models.grpo_config import SidGRPOConfig, check_group_size
 from models.metrics import exclusion_mask
+from models.rewards import NO_TARGET
 from models.shards import ShardRecord
 from models.sid_trie import SidTrie
 
@@ -358,8 +359,12 @@ class SidGRPOTrainer(GRPOTrainer):
         return self.trie.item_index(sids).tolist()
 
     def _log_targets(self, groups: torch.Tensor, targets: list[int]) -> None:
-        """The share of groups holding their target and its mean 1-based place where it is."""
-        found = groups == torch.tensor(targets).unsqueeze(1)
+        """The share of groups holding their target and its mean 1-based place where it is
+        (groups without a target left out)."""
+        has = torch.tensor(targets) != NO_TARGET
+        if not bool(has.any()):
+            return
+        found = groups[has] == torch.tensor(targets)[has].unsqueeze(1)
         hit = found.any(dim=1)
         model: Any = self.model
         metrics = self._metrics["train" if model.training else "eval"]
@@ -435,10 +440,11 @@ def _distinct_groups(items: torch.Tensor, scores: torch.Tensor, g: int) -> torch
 
 def with_targets(groups: torch.Tensor, targets: list[int]) -> torch.Tensor:
     """``groups`` (prompts, G) where each row that misses its target has it in the last place
-    (MiniOneRec's ``add_gt``); rows holding it are unchanged, so distinct rows stay distinct."""
+    (MiniOneRec's ``add_gt``); rows holding it, or without one, are unchanged, so distinct rows
+    stay distinct."""
     out = groups.clone()
     target = torch.tensor(targets, dtype=out.dtype)
-    missing = ~(out == target.unsqueeze(1)).any(dim=1)
+    missing = ~(out == target.unsqueeze(1)).any(dim=1) & (target != NO_TARGET)
     out[missing, -1] = target[missing]
     return out
 

@@ -22,6 +22,10 @@ import torch
 
 RewardFunc = Callable[..., list[float | None]]
 
+NO_TARGET = -1
+"""``target_index`` of a prompt without a target (``grpo.frontier_prompts``): the rewards that
+need one leave its completions unscored (None)."""
+
 DENSE_REWARDS = ("collaborative", "semantic")
 """Rewards that score every completion on a continuous scale (``grpo.reward_form`` ranks them
 within the group); rule and ranking are already bounded by the target's 1."""
@@ -34,9 +38,10 @@ def rule_reward(
     target_index: Sequence[int],
     **_: Any,
 ) -> list[float | None]:
-    """1 for the exact target item, else 0."""
+    """1 for the exact target item, else 0; None without a target."""
     return [
-        float(item == target) for item, target in zip(completion_item, target_index, strict=True)
+        float(item == target) if target != NO_TARGET else None
+        for item, target in zip(completion_item, target_index, strict=True)
     ]
 
 
@@ -59,12 +64,15 @@ def ranking_reward(
 ) -> list[float | None]:
     """Rank-aware reward (MiniOneRec's ``ranking``): the rule reward, plus, in a group that
     contains the target, a penalty for each wrong item by its beam rank. A group that misses
-    the target gets 0 everywhere (no signal to rank against)."""
+    the target gets 0 everywhere (no signal to rank against); a group without a target None."""
     penalty = rank_penalties(num_generations)
     hits = [item == target for item, target in zip(completion_item, target_index, strict=True)]
     rewards: list[float | None] = []
     for start in range(0, len(hits), num_generations):
         group = slice(start, start + num_generations)
+        if target_index[start] == NO_TARGET:
+            rewards += [None] * len(hits[group])
+            continue
         found = any(hits[group])
         for hit, r in zip(hits[group], rank[group], strict=True):
             rewards.append(1.0 if hit else (penalty[min(r, num_generations - 1)] if found else 0.0))
@@ -113,7 +121,7 @@ class CollaborativeReward:
 class SemanticReward:
     """Cosine similarity between the generated and the target item's text embeddings
     (``item_emb.npy``: L2-normalized, row i = catalog item i), so near misses score above
-    unrelated items."""
+    unrelated items; None without a target."""
 
     __name__ = "semantic_reward"
 
@@ -131,8 +139,8 @@ class SemanticReward:
     ) -> list[float | None]:
         items = torch.as_tensor(list(completion_item))
         targets = torch.as_tensor(list(target_index))
-        valid = items >= 0
-        sims = (self.embeddings[items.clamp(min=0)] * self.embeddings[targets]).sum(1)
+        valid = (items >= 0) & (targets != NO_TARGET)
+        sims = (self.embeddings[items.clamp(min=0)] * self.embeddings[targets.clamp(min=0)]).sum(1)
         return [
             float(s) if ok else None for s, ok in zip(sims.tolist(), valid.tolist(), strict=True)
         ]

@@ -442,8 +442,15 @@ class GrpoConfig(_Section):
     """Gradient-norm clipping."""
     max_steps: int = Field(100, ge=1)
     """Optimizer steps."""
-    rows_per_user: int | None = Field(2, ge=1)
-    """Training prompts: each user's most recent train rows (null = all)."""
+    rows_per_user: int | None = Field(2, ge=0)
+    """Training prompts: each user's most recent train rows (null = all, 0 = none: the frontier
+    or title prompts alone)."""
+    frontier_prompts: bool = False
+    """Add one prompt per user whose history is the user's whole train sequence: the context
+    that follows the last train item, where evaluation asks. It has no target (the next item is
+    the valid split's, never read here), so only the collaborative reward (the SASRec model the
+    ``baselines`` stage trained on the train split) scores its group; it needs
+    ``rewards.collaborative`` > 0."""
     trie_mask: bool = False
     """Score the completions' log-probs over the tokens the SID trie allows at each place
     (children of the prefix, EOS after a whole SID) instead of the whole vocabulary, so the

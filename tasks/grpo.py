@@ -31,6 +31,7 @@ from models.lm import replace_dir
 from models.prompts import PromptBuilder, title2sid_prompt
 from models.rewards import (
     DENSE_REWARDS,
+    NO_TARGET,
     CollaborativeReward,
     GroupRank,
     NonFiniteGuard,
@@ -75,6 +76,12 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
         check_ensure_target(ensure_target=cfg.ensure_target, rollout=cfg.rollout)
     except ValueError as exc:
         raise ConfigError(f"grpo.{exc}") from None
+    if cfg.frontier_prompts and cfg.rewards.collaborative <= 0:
+        raise ConfigError(
+            "grpo.frontier_prompts is true but grpo.rewards.collaborative is 0: a frontier prompt "
+            "has no target, so only the collaborative reward can score its group; set "
+            "grpo.rewards.collaborative > 0 or grpo.frontier_prompts false"
+        )
 
 
 def training_rows(
@@ -84,7 +91,8 @@ def training_rows(
     under ``evaluate.exclude_seen``, the items the user had before it (``exclude_index``): the
     rollout then ranks as evaluation does, so no group spends a place on an item evaluation
     would never recommend."""
-    rows = recent_rows(train, settings.grpo.rows_per_user)
+    per_user = settings.grpo.rows_per_user
+    rows = recent_rows(train, per_user) if per_user != 0 else train.iloc[:0]
     histories = [list(h) for h in rows["history"]]
     targets = encode_targets(list(rows["target"]), index, "train targets")
     encoded = encode_histories(histories, index, "train histories")
@@ -100,6 +108,10 @@ def training_rows(
         seen = encode_histories(items_before(train, rows), index, "train histories")
         for row, items in zip(out, seen, strict=True):
             row["exclude_index"] = items
+    if settings.grpo.frontier_prompts:
+        out += frontier_rows(
+            builder, train, index, settings.split.max_history, settings.evaluate.exclude_seen
+        )
     share = settings.grpo.title_prompts
     if share > 0:
         if "title2sid" not in settings.sft.tasks:
@@ -113,6 +125,34 @@ def training_rows(
             builder, index, count, settings.project.seed, settings.evaluate.exclude_seen
         )
     return out
+
+
+def frontier_rows(
+    builder: PromptBuilder,
+    train: pd.DataFrame,
+    index: dict[str, int],
+    max_history: int,
+    exclude_seen: bool,
+) -> list[dict[str, Any]]:
+    """One prompt per user (``grpo.frontier_prompts``): the user's newest train row's history
+    and target, the newest ``max_history`` of them, as the history; target ``NO_TARGET`` (what
+    comes next is the valid split's). Under ``exclude_seen`` the rollout leaves out every train
+    item of the user, as evaluation of the valid rows does."""
+    last = recent_rows(train, 1)
+    histories = [
+        [*h, t][-max_history:] for h, t in zip(last["history"], last["target"], strict=True)
+    ]
+    encoded = encode_histories(histories, index, "train histories")
+    rows: list[dict[str, Any]] = [
+        {"prompt": builder.history_prompt(h), "target_index": NO_TARGET, "history_index": e}
+        for h, e in zip(histories, encoded, strict=True)
+    ]
+    if exclude_seen:
+        before = items_before(train, last)
+        seen = [sorted({*b, str(t)}) for b, t in zip(before, last["target"], strict=True)]
+        for row, items in zip(rows, encode_histories(seen, index, "train histories"), strict=True):
+            row["exclude_index"] = items
+    return rows
 
 
 def title_rows(

@@ -157,6 +157,57 @@ def test_training_prompts_carry_what_the_user_had_before_under_exclude_seen(
 
 
 @pytest.mark.parametrize("exclude_seen", [True, False])
+def test_frontier_prompts_ask_where_the_valid_rows_ask_without_a_target(
+    grpo_settings, synthetic_project, exclude_seen
+):
+    from types import SimpleNamespace
+
+    from models.baselines import catalog_index
+    from models.rewards import NO_TARGET
+    from sidrec.protocol import seen_items
+    from tasks.grpo import training_rows
+    from tasks.shared.inputs import read_split
+
+    settings = grpo_settings()
+
+    def rows_with(per_user: int) -> list[dict]:
+        s = synthetic_project.settings(
+            settings.paths.data_dir.parent,
+            grpo={**GRPO, "rows_per_user": per_user, "frontier_prompts": True},
+            evaluate={"exclude_seen": exclude_seen},
+        )
+        return training_rows(s, builder, train, index)  # type: ignore[arg-type]
+
+    train, valid = read_split(settings, "train"), read_split(settings, "valid")
+    index = catalog_index(sorted({*train["target"], *(i for h in train["history"] for i in h)}))
+    builder = SimpleNamespace(history_prompt=lambda history: " ".join(history))
+    rows = rows_with(0)
+    # one prompt per user: the valid row's history (the split's own cut), no target
+    asked = [[index[i] for i in h] for h in valid["history"]]
+    assert len(rows) == train["user_id"].nunique() == valid["user_id"].nunique() == len(asked)
+    assert sorted(r["history_index"] for r in rows) == sorted(asked)
+    assert all(r["target_index"] == NO_TARGET for r in rows)
+    if exclude_seen:  # what evaluation of the valid rows leaves out
+        seen = [sorted(index[i] for i in s) for s in seen_items(train, valid)]
+        assert sorted(r["exclude_index"] for r in rows) == sorted(seen)
+    else:
+        assert all("exclude_index" not in r for r in rows)
+    with_recent = rows_with(2)
+    assert with_recent[-len(rows) :] == rows  # added after the recent rows' prompts
+    assert all(r["target_index"] != NO_TARGET for r in with_recent[: -len(rows)])
+
+
+def test_frontier_prompts_without_the_collaborative_reward_are_a_config_error(grpo_settings):
+    from tasks.grpo import check_grpo_config
+
+    settings = grpo_settings(
+        frontier_prompts=True, rewards={"rule": 0.0, "ranking": 1.0, "collaborative": 0.0}
+    )
+    with pytest.raises(ConfigError, match=r"grpo.frontier_prompts.*grpo.rewards.collaborative"):
+        check_grpo_config(settings, n_items=100)
+
+
+@pytest.mark.parametrize("exclude_seen", [True, False])
 def test_title_prompts_take_their_share_of_the_training_prompts(
     grpo_settings, synthetic_project, exclude_seen
 ):

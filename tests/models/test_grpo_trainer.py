@@ -14,7 +14,7 @@ from models.grpo_config import SidGRPOConfig
 from models.grpo_trainer import RolloutRewards, SidGRPOTrainer, check_trl_version, with_targets
 from models.lm import add_sid_tokens, build_tiny, train_tokenizer
 from models.prompts import seq_rec_prompt
-from models.rewards import NonFiniteGuard, SemanticReward, ranking_reward, rule_reward
+from models.rewards import NO_TARGET, NonFiniteGuard, SemanticReward, ranking_reward, rule_reward
 from models.sid_trie import SidTrie
 
 LEVELS, K, N_ITEMS, G = 2, 6, 20, 4
@@ -142,6 +142,42 @@ def test_ensure_target_puts_the_target_into_every_group(tmp_path, tiny, rollout)
             assert len(set(group.tolist())) == G and bool((group >= 0).all())
 
 
+def test_groups_without_a_target_are_the_policys_own_and_left_out_of_the_target_log(tmp_path, tiny):
+    # two far-target prompts and two without a target (grpo.frontier_prompts), target forced
+    rows = _far_targets().to_list()[:2]
+    rows += [{**row, "target_index": NO_TARGET} for row in _far_targets().to_list()[2:]]
+    free, free_batches = _trainer(
+        tmp_path / "free", tiny, steps=1, learning_rate=0.0, dataset=Dataset.from_list(rows)
+    )
+    forced, batches = _trainer(
+        tmp_path / "forced",
+        tiny,
+        steps=1,
+        learning_rate=0.0,
+        ensure_target=True,
+        dataset=Dataset.from_list(rows),
+    )
+    free.train()
+    forced.train()
+    free_groups = {  # the policy's own groups (the same model, nothing inserted)
+        b.inputs[s]["prompt"]: b.items[s : s + G]
+        for b in free_batches
+        for s in range(0, len(b.items), G)
+    }
+    logged = []
+    for batch in batches:
+        for start in range(0, len(batch.items), G):
+            group, row = batch.items[start : start + G], batch.inputs[start]
+            assert len(set(group)) == G and min(group) >= 0
+            if row["target_index"] == NO_TARGET:
+                assert group == free_groups[row["prompt"]]  # nothing inserted
+            else:
+                assert row["target_index"] in group
+                logged.append(row["target_index"] in free_groups[row["prompt"]])
+    (entry,) = [e for e in forced.state.log_history if "rollout/target_in_group" in e]
+    assert entry["rollout/target_in_group"] == pytest.approx(sum(logged) / len(logged))
+
+
 def _far_targets():
     """Prompts whose targets lie far down a random model's ranking: most beam groups miss them."""
     return Dataset.from_list(
@@ -232,6 +268,7 @@ def test_with_targets_replaces_the_last_item_of_groups_that_miss_the_target():
     out = with_targets(groups, [1, 0, 9])
     assert out.tolist() == [[3, 1, 2], [4, 5, 0], [7, 8, 9]]
     assert groups.tolist()[1] == [4, 5, 6]  # the input is not edited
+    assert with_targets(groups, [NO_TARGET, 0, 9]).tolist() == [[3, 1, 2], [4, 5, 0], [7, 8, 9]]
 
 
 def test_target_place_is_logged_when_the_target_is_in_the_group(tmp_path, tiny):

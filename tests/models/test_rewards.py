@@ -11,6 +11,7 @@ import torch
 
 from models.constrained import sid_regex
 from models.rewards import (
+    NO_TARGET,
     CollaborativeReward,
     GroupRank,
     NonFiniteGuard,
@@ -26,6 +27,26 @@ def test_rule_reward_is_one_only_for_each_rows_own_target():
     # two rows with the same history but different targets keep their own targets
     rewards = rule_reward(["x"] * 4, completion_item=[3, 5, 3, 5], target_index=[3, 3, 5, 5])
     assert rewards == [1.0, 0.0, 0.0, 1.0]
+
+
+def test_rewards_that_need_a_target_leave_a_group_without_one_unscored():
+    # an invalid completion (-1) must not match NO_TARGET (-1)
+    items, targets = [3, -1, 5, 3], [NO_TARGET, NO_TARGET, 5, 5]
+    assert rule_reward(["x"] * 4, completion_item=items, target_index=targets) == [
+        None,
+        None,
+        1.0,
+        0.0,
+    ]
+    ranked = ranking_reward(
+        ["x"] * 4, completion_item=items, target_index=targets, rank=[0, 1, 0, 1], num_generations=2
+    )
+    assert ranked == [None, None, 1.0, rank_penalties(2)[1]]
+    emb = np.eye(6, dtype=np.float32)
+    semantic = SemanticReward(embeddings=emb)(
+        ["x"] * 4, completion_item=items, target_index=targets
+    )
+    assert semantic == [None, None, 1.0, 0.0]
 
 
 def test_rank_penalties_follow_ndcg_weights_and_sum_to_minus_one():
@@ -122,7 +143,7 @@ def _worst_case(cfg: GrpoConfig, seed: int) -> tuple[float, float]:
     probs = rng.dirichlet(np.full(g * 2, 0.3)).tolist()
     target_rank = int(rng.integers(g))
     items = list(range(g * 2))
-    targets = [items[target_rank]] * g + [-1] * g  # group 0 holds its target, group 1 misses
+    targets = [items[target_rank]] * g + [2 * g] * g  # group 0 holds its target, group 1 misses
     probs[target_rank] = min(probs[:g]) / 2  # SASRec finds the target least plausible
     ranks = list(range(g)) * 2
     collab = lambda completions, **_: probs  # noqa: E731
