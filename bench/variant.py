@@ -1,0 +1,74 @@
+"""Benchmark: a finished run folder copied, and its stages from ``--start`` re-run with more
+settings, so one change is measured on the same split, SIDs and earlier models.
+
+    python -m bench.variant bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 \\
+        --start grpo --set grpo.frontier_prompts=true
+    python -m bench.compare bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 --model grpo
+    python -m bench.compare bench/runs/frontier/seed-0 bench/runs/frontier/seed-0 \\
+        --model sft --model-b grpo
+
+The source must hold a finished run of :mod:`bench.quality` (its ``bench-run.json`` names the
+settings it ran with); the copy re-runs ``--start`` … evaluate with those settings and the
+``--set`` overrides after them, and gets its own run record. An existing copy is refused, never
+overwritten; a copy whose stages failed has no run record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from bench.common import (
+    RUN_RECORD,
+    bench_args,
+    prepared_by,
+    run_record,
+    run_stages,
+    write_run_record,
+)
+from sidrec.errors import InputError, SidrecError
+from sidrec.stage import STAGES, Stage
+
+LAST: Stage = "evaluate"
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", type=Path, help="a finished run folder (bench.quality)")
+    parser.add_argument("copy", type=Path, help="the new folder (must not exist)")
+    parser.add_argument(
+        "--start", required=True, choices=STAGES[1 : STAGES.index(LAST) + 1], help="first stage"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="section.key=value"
+    )
+
+
+def variant(source: Path, copy: Path, start: Stage, overrides: list[str]) -> Path:
+    """Copy ``source`` to ``copy`` and run ``start`` … evaluate there with the source's own
+    settings plus ``overrides``; returns the copy."""
+    record = run_record(source, "run `python -m bench.quality` there first")
+    if STAGES.index(record["until"]) < STAGES.index(start) - 1:
+        raise InputError(f"the run there stopped after {record['until']}", path=source)
+    if copy.exists():
+        raise InputError("the copy's folder exists already; choose a new one", path=copy)
+    # the copy has no run record until its stages finished (a failed run reads as unfinished)
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns(RUN_RECORD))
+    settings = [*record["overrides"], *overrides]
+    print(f"running the stages {start}..{LAST} in {copy}", file=sys.stderr, flush=True)
+    run = run_stages(copy, settings, start=start, until=LAST)
+    write_run_record(copy, settings, LAST, run.seconds, prepared_by(record, start))
+    return copy
+
+
+def main() -> None:
+    args = bench_args(__doc__, _options)
+    try:
+        variant(args.source.resolve(), args.copy.resolve(), args.start, args.overrides)
+    except SidrecError as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main()

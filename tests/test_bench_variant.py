@@ -1,0 +1,77 @@
+"""bench.variant: a finished run folder copied and re-run from a stage with more settings (the
+stages themselves faked: what is copied, which settings run and what is recorded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import bench.common
+import bench.variant
+from bench.common import RUN_RECORD, StagesRun, ensure_run, folder_settings
+from bench.variant import variant
+from sidrec.errors import InputError
+
+
+@pytest.fixture
+def finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run folder whose faked stages ran until evaluate with ``project.seed=3``."""
+
+    def fake_run(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
+        (work / "metrics").mkdir(parents=True, exist_ok=True)
+        (work / "metrics" / "sft.json").write_text('{"kept": 1}')
+        return StagesRun(folder_settings(work, overrides), {}, {"sft": 5.0, "grpo": 3.0})
+
+    monkeypatch.setattr(bench.common, "run_stages", fake_run)
+    folder = tmp_path / "runs" / "seed-3"
+    ensure_run(folder, ["project.seed=3"], "evaluate")
+    return folder
+
+
+def test_the_copy_reruns_from_start_with_the_sources_settings_then_the_new_ones(
+    tmp_path: Path, finished: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[tuple[Path, list[str], str, str]] = []
+
+    def fake_run(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
+        ran.append((work, list(overrides), start, until))
+        assert (work / "metrics" / "sft.json").read_text() == '{"kept": 1}'  # copied first
+        assert not (work / RUN_RECORD).exists()  # unfinished while it runs
+        return StagesRun(folder_settings(work, overrides), {}, {"grpo": 7.0, "evaluate": 1.0})
+
+    monkeypatch.setattr(bench.variant, "run_stages", fake_run)
+    copy = tmp_path / "variants" / "seed-3"
+    variant(finished, copy, "grpo", ["grpo.max_steps=5"])
+    assert ran == [(copy, ["project.seed=3", "grpo.max_steps=5"], "grpo", "evaluate")]
+    record = json.loads((copy / RUN_RECORD).read_text())
+    assert record["overrides"] == ["project.seed=3", "grpo.max_steps=5"]
+    assert record["seconds"] == {"sft": 5.0, "grpo": 7.0, "evaluate": 1.0}  # sft: the source's
+    assert record["prepared_on"]["until"] == "sft"
+    assert json.loads((finished / RUN_RECORD).read_text())["overrides"] == ["project.seed=3"]
+    with pytest.raises(InputError, match="exists already"):  # never overwritten
+        variant(finished, copy, "grpo", [])
+
+
+def test_a_failed_rerun_leaves_a_copy_without_a_record(
+    tmp_path: Path, finished: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(bench.variant, "run_stages", failing)
+    copy = tmp_path / "variants" / "seed-3"
+    with pytest.raises(RuntimeError):
+        variant(finished, copy, "grpo", [])
+    assert copy.is_dir() and not (copy / RUN_RECORD).exists()
+
+
+def test_a_source_without_a_finished_run_is_refused_before_copying(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    with pytest.raises(InputError, match="run folder not found"):
+        variant(tmp_path / "nothing", copy, "grpo", [])
+    (tmp_path / "unfinished").mkdir()
+    with pytest.raises(InputError, match="did not finish"):
+        variant(tmp_path / "unfinished", copy, "grpo", [])
+    assert not copy.exists()
