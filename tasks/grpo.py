@@ -396,8 +396,8 @@ def rollout_log(entry: dict[str, Any]) -> dict[str, Any]:
     keys = ("rollout/target_in_group", "rollout/target_rank")
     row: dict[str, Any] = {"step": int(entry["step"])}
     row |= {k.split("/")[1]: round(float(entry[k]), 5) for k in keys if k in entry}
-    row |= {
-        k: round(float(v), 5)
+    row |= {  # a reward that scored no completion of the step (e.g. only frontier prompts): None
+        k: round(float(v), 5) if v is not None else None
         for k, v in entry.items()
         if k.startswith("rewards/") and k.endswith("/mean")
     }

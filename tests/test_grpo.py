@@ -276,3 +276,22 @@ def test_with_a_moving_average_the_judged_average_is_the_model_kept(grpo_trained
     else:
         for n, p in kept.named_parameters():
             torch.testing.assert_close(p, live[n])  # step 0: the average is the SFT model
+
+
+def test_the_rollout_log_keeps_a_reward_that_scored_nothing_as_none():
+    from tasks.grpo import rollout_log
+
+    entry = {
+        "step": 10,
+        "rollout/target_in_group": 0.25,
+        "rewards/ranking/mean": None,  # TRL's nanmean of a step without a target
+        "rewards/collaborative/mean": 0.512345678,
+        "rewards/collaborative/std": 0.3,
+        "loss": 0.1,
+    }
+    assert rollout_log(entry) == {
+        "step": 10,
+        "target_in_group": 0.25,
+        "rewards/ranking/mean": None,
+        "rewards/collaborative/mean": 0.51235,
+    }
