@@ -444,7 +444,7 @@ class GrpoConfig(_Section):
     """Optimizer steps."""
     rows_per_user: int | None = Field(2, ge=0)
     """Training prompts: each user's most recent train rows (null = all, 0 = none: the frontier
-    or title prompts alone)."""
+    prompts alone, ``frontier_prompts``)."""
     frontier_prompts: bool = False
     """Add one prompt per user whose history is the user's whole train sequence: the context
     that follows the last train item, where evaluation asks. It has no target (the next item is

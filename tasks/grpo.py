@@ -76,6 +76,11 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
         check_ensure_target(ensure_target=cfg.ensure_target, rollout=cfg.rollout)
     except ValueError as exc:
         raise ConfigError(f"grpo.{exc}") from None
+    if cfg.rows_per_user == 0 and not cfg.frontier_prompts:
+        raise ConfigError(
+            "grpo.rows_per_user is 0 and grpo.frontier_prompts is false: no training prompts; "
+            "set grpo.rows_per_user >= 1 (or null for all rows) or grpo.frontier_prompts true"
+        )
     if cfg.frontier_prompts and cfg.rewards.collaborative <= 0:
         raise ConfigError(
             "grpo.frontier_prompts is true but grpo.rewards.collaborative is 0: a frontier prompt "

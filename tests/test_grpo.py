@@ -197,7 +197,9 @@ def test_frontier_prompts_ask_where_the_valid_rows_ask_without_a_target(
     assert all(r["target_index"] != NO_TARGET for r in with_recent[: -len(rows)])
 
 
-def test_frontier_prompts_without_the_collaborative_reward_are_a_config_error(grpo_settings):
+def test_grpo_prompt_settings_that_leave_a_group_unscorable_or_no_prompts_are_config_errors(
+    grpo_settings,
+):
     from tasks.grpo import check_grpo_config
 
     settings = grpo_settings(
@@ -205,6 +207,9 @@ def test_frontier_prompts_without_the_collaborative_reward_are_a_config_error(gr
     )
     with pytest.raises(ConfigError, match=r"grpo.frontier_prompts.*grpo.rewards.collaborative"):
         check_grpo_config(settings, n_items=100)
+    with pytest.raises(ConfigError, match=r"grpo.rows_per_user is 0 .*no training prompts"):
+        check_grpo_config(grpo_settings(rows_per_user=0), n_items=100)
+    check_grpo_config(grpo_settings(rows_per_user=0, frontier_prompts=True), n_items=100)
 
 
 @pytest.mark.parametrize("exclude_seen", [True, False])
