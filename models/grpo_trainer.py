@@ -361,10 +361,11 @@ class SidGRPOTrainer(GRPOTrainer):
     def _log_targets(self, groups: torch.Tensor, targets: list[int]) -> None:
         """The share of groups holding their target and its mean 1-based place where it is
         (groups without a target left out)."""
-        has = torch.tensor(targets) != NO_TARGET
+        target = torch.tensor(targets)
+        has = target != NO_TARGET
         if not bool(has.any()):
             return
-        found = groups[has] == torch.tensor(targets)[has].unsqueeze(1)
+        found = groups[has] == target[has].unsqueeze(1)
         hit = found.any(dim=1)
         model: Any = self.model
         metrics = self._metrics["train" if model.training else "eval"]

@@ -46,7 +46,7 @@ from sidrec.distributed import is_main_process
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats, publish_table
-from sidrec.protocol import items_before
+from sidrec.protocol import items_before, seen_items
 from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.embeddings import load_embeddings
@@ -152,10 +152,9 @@ def frontier_rows(
         {"prompt": builder.history_prompt(h), "target_index": NO_TARGET, "history_index": e}
         for h, e in zip(histories, encoded, strict=True)
     ]
-    if exclude_seen:
-        before = items_before(train, last)
-        seen = [sorted({*b, str(t)}) for b, t in zip(before, last["target"], strict=True)]
-        for row, items in zip(rows, encode_histories(seen, index, "train histories"), strict=True):
+    if exclude_seen:  # every train item of the user: what evaluation excludes for valid rows
+        seen = encode_histories(seen_items(train, last), index, "train histories")
+        for row, items in zip(rows, seen, strict=True):
             row["exclude_index"] = items
     return rows
 
