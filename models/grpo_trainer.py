@@ -57,6 +57,7 @@ from models.constrained import SidConstrainedLogitsProcessor, generate_sids, lef
 from models.grpo_config import SidGRPOConfig, check_group_size
 from models.metrics import exclusion_mask
 from models.rewards import NO_TARGET
+from models.sft_anchor import SftAnchor
 from models.shards import ShardRecord
 from models.sid_trie import SidTrie
 
@@ -118,10 +119,12 @@ class SidGRPOTrainer(GRPOTrainer):
         trie: SidTrie,
         args: SidGRPOConfig,
         on_rewards: Callable[[RolloutRewards], None] | None = None,
+        anchor: SftAnchor | None = None,
         **kwargs: Any,
     ):
         """``trie``: the catalog's SIDs as token ids of ``processing_class``. ``on_rewards``:
-        called with every scored generation batch (e.g. to log sample tables). Every other
+        called with every scored generation batch (e.g. to log sample tables). ``anchor``: its
+        weighted SFT loss joins every training step's loss (``grpo.sft_anchor``). Every other
         keyword goes to ``GRPOTrainer`` (model, reward_funcs, train_dataset, processing_class, ...)."""
         check_trl_version()
         super().__init__(args=args, **kwargs)
@@ -131,10 +134,25 @@ class SidGRPOTrainer(GRPOTrainer):
         self.sid_tokenizer: Any = self.processing_class
         self.trie = trie
         self.on_rewards = on_rewards
+        self.anchor = anchor
         self._rollout: dict[str, list[int]] = {}
         self._batch_targets: list[int] | None = None
         self._batch_exclude: list[list[int]] | None = None
         self.shard = ShardRecord()  # the prompts this process trained on
+
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> torch.Tensor:
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self.anchor is None or not model.training:
+            return loss
+        anchor = self.anchor.loss(model, loss.device)
+        self._metrics["train"]["sft_anchor_loss"].append(float(anchor.detach()))
+        return loss + self.anchor.weight * anchor
 
     # --- the three overrides
 

@@ -460,6 +460,13 @@ class GrpoConfig(_Section):
     ID:``, the SFT alignment task; MiniOneRec mixes them into its RL data): catalog items in a
     seeded order, each its own target, no history (the collaborative reward leaves them out)
     and no exclusions. 0 = history prompts only."""
+    sft_anchor: float = Field(0.0, ge=0)
+    """Weight of the SFT loss on ``anchor_windows`` of SFT's sequence windows (a fresh draw every
+    step), added to every GRPO step's loss (InstructGPT's PPO-ptx): it holds the model's
+    predictions outside the step's prompts where SFT left them. Needs ``sft.objective:
+    sequence``. 0 = off."""
+    anchor_windows: int = Field(8, ge=1)
+    """Sequence windows per step for ``sft_anchor``."""
     ema_decay: float | None = Field(None, gt=0, lt=1)
     """A moving average of the policy's weights, updated after every step with this decay;
     validation judges, and the stage keeps, the average (rollouts still come from the live

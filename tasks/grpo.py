@@ -40,6 +40,7 @@ from models.rewards import (
     ranking_reward,
     rule_reward,
 )
+from models.sft_anchor import SftAnchor
 from models.sid import sid_string
 from sidrec.config import Settings
 from sidrec.distributed import is_main_process
@@ -50,7 +51,13 @@ from sidrec.protocol import items_before, seen_items
 from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.embeddings import load_embeddings
-from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split, recent_rows
+from tasks.shared.inputs import (
+    load_catalog_and_map,
+    load_recommender,
+    read_split,
+    recent_rows,
+    sequence_windows,
+)
 from tasks.shared.launch import run_launched
 from tasks.shared.training import (
     check_enough,
@@ -86,6 +93,12 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
             "grpo.frontier_prompts is true but grpo.rewards.collaborative is 0: a frontier prompt "
             "has no target, so only the collaborative reward can score its group; set "
             "grpo.rewards.collaborative > 0 or grpo.frontier_prompts false"
+        )
+    if cfg.sft_anchor > 0 and settings.sft.objective != "sequence":
+        raise ConfigError(
+            f"grpo.sft_anchor is {cfg.sft_anchor} but sft.objective is "
+            f"{settings.sft.objective!r}: the anchor replays SFT's sequence windows; set "
+            "sft.objective: sequence or grpo.sft_anchor: 0"
         )
 
 
@@ -314,6 +327,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         peft_config=lora_config(settings),
         callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
         on_rewards=samples,
+        anchor=sft_anchor(settings, builder, tokenizer, train),
     )
     started = time.perf_counter()
     # TRL's MLflow callback, the validation metrics and the sample tables log into this run
@@ -334,6 +348,24 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     metrics["shards"] = shards  # per process: prompts trained on, a digest of its first batch
     atomic_write_json(paths.metrics("grpo"), metrics)
     return grpo_result(settings, metrics)
+
+
+def sft_anchor(
+    settings: Settings, builder: PromptBuilder, tokenizer: Any, train: pd.DataFrame
+) -> SftAnchor | None:
+    """SFT's sequence windows of the train split as GRPO's anchor (``grpo.sft_anchor``; None
+    when off)."""
+    cfg = settings.grpo
+    if cfg.sft_anchor <= 0:
+        return None
+    windows = sequence_windows(train, settings.sft.window)
+    return SftAnchor(
+        [builder.sequence_example(w) for w in windows],
+        tokenizer,
+        weight=cfg.sft_anchor,
+        per_step=cfg.anchor_windows,
+        seed=settings.project.seed,
+    )
 
 
 def grpo_result(settings: Settings, metrics: dict[str, Any]) -> StageResult:

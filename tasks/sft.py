@@ -26,7 +26,6 @@ from typing import Any
 import pandas as pd
 from prefect import task
 
-from models.baselines import train_sequences
 from models.lm import (
     add_residual_dropout,
     add_sid_tokens,
@@ -62,6 +61,7 @@ from tasks.shared.inputs import (
     read_split,
     recent_rows,
     recommender_options,
+    sequence_windows,
 )
 from tasks.shared.launch import run_launched
 from tasks.shared.training import (
@@ -137,16 +137,6 @@ def check_window(settings: Settings, levels: int) -> None:
             f"more than model.max_length={settings.model.max_length}; set sft.window <= {fits} "
             "or raise model.max_length"
         )
-
-
-def sequence_windows(train: pd.DataFrame, window: int) -> list[list[str]]:
-    """Each user's train sequence cut into windows of up to ``window`` items, newest first, so
-    every train interaction is in exactly one window."""
-    return [
-        sequence[max(0, end - window) : end]
-        for sequence in train_sequences(train)
-        for end in range(len(sequence), 0, -window)
-    ]
 
 
 def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:

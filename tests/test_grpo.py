@@ -212,6 +212,55 @@ def test_grpo_prompt_settings_that_leave_a_group_unscorable_or_no_prompts_are_co
     check_grpo_config(grpo_settings(rows_per_user=0, frontier_prompts=True), n_items=100)
 
 
+def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objective(
+    grpo_settings, synthetic_project
+):
+    from models.lm import add_sid_tokens, train_tokenizer
+    from models.prompts import PromptBuilder
+    from models.sid import sid_tokens
+    from tasks.grpo import check_grpo_config, sft_anchor
+    from tasks.sft import sid_shape
+    from tasks.shared.inputs import load_catalog_and_map, read_split, sequence_windows
+
+    settings = grpo_settings(sft_anchor=0.5, anchor_windows=3, rows_per_user=1)
+    check_grpo_config(settings, n_items=100)
+    items, sid_map = load_catalog_and_map(settings)
+    train = read_split(settings, "train")
+    tokenizer = train_tokenizer(["The user interacted with"] * 5, 300)
+    add_sid_tokens(tokenizer, *sid_shape(sid_map, settings.sids.codebook_size))
+    builder = PromptBuilder(
+        tokenizer=tokenizer,
+        sid_map=sid_map,
+        titles=dict(zip(items["item_id"], items["title"], strict=True)),
+        max_length=settings.model.max_length,
+        fmt="sequence",
+    )
+    assert sft_anchor(grpo_settings(), builder, tokenizer, train) is None  # off by default
+    anchor = sft_anchor(settings, builder, tokenizer, train)
+    assert anchor is not None and (anchor.weight, anchor.per_step) == (0.5, 3)
+    # every train interaction, in its window (the SFT windows, not GRPO's one row per user)
+    item_of = {tuple(tokenizer.convert_tokens_to_ids(sid_tokens(c))): i for i, c in sid_map.items()}
+    levels = len(next(iter(sid_map.values())))
+    replayed = []
+    for ids, labels in anchor.rows:
+        completion = [t for t, label in zip(ids, labels, strict=True) if label != -100]
+        assert completion[levels :: levels + 1] == [tokenizer.eos_token_id] * (
+            len(completion) // (levels + 1)
+        )
+        items_ = [completion[k : k + levels] for k in range(0, len(completion), levels + 1)]
+        replayed.append([item_of[tuple(t)] for t in items_])
+    assert sorted(replayed) == sorted(sequence_windows(train, settings.sft.window))
+    assert sum(map(len, replayed)) == len(train) + train["user_id"].nunique()
+
+    rows = synthetic_project.settings(
+        settings.paths.data_dir.parent,
+        grpo={**GRPO, "sft_anchor": 0.5},
+        sft={"objective": "rows"},
+    )
+    with pytest.raises(ConfigError, match=r"grpo.sft_anchor is 0.5 but sft.objective is 'rows'"):
+        check_grpo_config(rows, n_items=100)
+
+
 @pytest.mark.parametrize("exclude_seen", [True, False])
 def test_title_prompts_take_their_share_of_the_training_prompts(
     grpo_settings, synthetic_project, exclude_seen

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from models.baselines import train_sequences
 from models.recommender import SidRecommender
 from models.sid import SidMap, read_sid_map
 from sidrec.config import Settings
@@ -45,6 +46,16 @@ def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
     return (
         split.sort_values("timestamp", kind="stable").groupby("user_id", sort=False).tail(per_user)
     )
+
+
+def sequence_windows(train: pd.DataFrame, window: int) -> list[list[str]]:
+    """Each user's train sequence cut into windows of up to ``window`` items, newest first, so
+    every train interaction is in exactly one window."""
+    return [
+        sequence[max(0, end - window) : end]
+        for sequence in train_sequences(train)
+        for end in range(len(sequence), 0, -window)
+    ]
 
 
 def recommender_options(settings: Settings) -> dict[str, Any]:
