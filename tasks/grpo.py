@@ -43,7 +43,7 @@ from models.rewards import (
 from models.sft_anchor import SftAnchor
 from models.sid import sid_string
 from sidrec.config import Settings
-from sidrec.distributed import is_main_process
+from sidrec.distributed import is_main_process, process_rank
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats, publish_table
@@ -354,7 +354,7 @@ def sft_anchor(
     settings: Settings, builder: PromptBuilder, tokenizer: Any, train: pd.DataFrame
 ) -> SftAnchor | None:
     """SFT's sequence windows of the train split as GRPO's anchor (``grpo.sft_anchor``; None
-    when off)."""
+    when off). Under ``accelerate launch`` every process draws its own windows."""
     cfg = settings.grpo
     if cfg.sft_anchor <= 0:
         return None
@@ -364,7 +364,7 @@ def sft_anchor(
         tokenizer,
         weight=cfg.sft_anchor,
         per_step=cfg.anchor_windows,
-        seed=settings.project.seed,
+        seed=settings.project.seed + process_rank(),
     )
 
 
