@@ -57,6 +57,7 @@ from tasks.shared.inputs import (
     read_split,
     recent_rows,
     sequence_windows,
+    without_recent_rows,
 )
 from tasks.shared.launch import run_launched
 from tasks.shared.training import (
@@ -353,12 +354,14 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
 def sft_anchor(
     settings: Settings, builder: PromptBuilder, tokenizer: Any, train: pd.DataFrame
 ) -> SftAnchor | None:
-    """SFT's sequence windows of the train split as GRPO's anchor (``grpo.sft_anchor``; None
-    when off). Under ``accelerate launch`` every process draws its own windows."""
+    """SFT's own sequence windows (the train split less ``sft.holdout_recent`` rows per user) as
+    GRPO's anchor (``grpo.sft_anchor``; None when off). Under ``accelerate launch`` every
+    process draws its own windows."""
     cfg = settings.grpo
     if cfg.sft_anchor <= 0:
         return None
-    windows = sequence_windows(train, settings.sft.window)
+    kept = without_recent_rows(train, settings.sft.holdout_recent)
+    windows = sequence_windows(kept, settings.sft.window)
     return SftAnchor(
         [builder.sequence_example(w) for w in windows],
         tokenizer,

@@ -62,6 +62,7 @@ from tasks.shared.inputs import (
     recent_rows,
     recommender_options,
     sequence_windows,
+    without_recent_rows,
 )
 from tasks.shared.launch import run_launched
 from tasks.shared.training import (
@@ -137,19 +138,6 @@ def check_window(settings: Settings, levels: int) -> None:
             f"more than model.max_length={settings.model.max_length}; set sft.window <= {fits} "
             "or raise model.max_length"
         )
-
-
-def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:
-    """The train rows less each user's ``per_user`` most recent ones (a user keeps its oldest row
-    at least); the rest still chain into one sequence per user, its newest items cut off."""
-    if per_user == 0:
-        return train
-    ordered = train.sort_values("timestamp", kind="stable")
-    from_newest = ordered.groupby("user_id", sort=False).cumcount(ascending=False)
-    rows = ordered.groupby("user_id", sort=False)["user_id"].transform("size")
-    keep = from_newest >= per_user
-    keep |= from_newest == rows - 1  # the oldest row of a user with too few
-    return ordered[keep].sort_index()
 
 
 def build_datasets(

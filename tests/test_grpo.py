@@ -220,7 +220,12 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
     from models.sid import sid_tokens
     from tasks.grpo import check_grpo_config, sft_anchor
     from tasks.sft import sid_shape
-    from tasks.shared.inputs import load_catalog_and_map, read_split, sequence_windows
+    from tasks.shared.inputs import (
+        load_catalog_and_map,
+        read_split,
+        sequence_windows,
+        without_recent_rows,
+    )
 
     settings = grpo_settings(sft_anchor=0.5, anchor_windows=3, rows_per_user=1)
     check_grpo_config(settings, n_items=100)
@@ -251,6 +256,18 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
         replayed.append([item_of[tuple(t)] for t in items_])
     assert sorted(replayed) == sorted(sequence_windows(train, settings.sft.window))
     assert sum(map(len, replayed)) == len(train) + train["user_id"].nunique()
+    # with SFT's held-out rows (sft.holdout_recent) the anchor leaves them out as SFT did
+    held_out = synthetic_project.settings(
+        settings.paths.data_dir.parent,
+        grpo={**GRPO, "sft_anchor": 0.5},
+        sft={"holdout_recent": 1},
+    )
+    anchor = sft_anchor(held_out, builder, tokenizer, train)
+    assert anchor is not None
+    kept = sequence_windows(without_recent_rows(train, 1), held_out.sft.window)
+    targets = sum(label != -100 for _, labels in anchor.rows for label in labels)
+    assert targets == sum(map(len, kept)) * (levels + 1)  # each item's SID and EOS
+    assert sum(map(len, kept)) < sum(map(len, replayed))
 
     rows = synthetic_project.settings(
         settings.paths.data_dir.parent,

@@ -11,8 +11,13 @@ import pytest
 from models.lm import load_model_dir
 from models.prompts import prompt_format
 from sidrec.errors import ConfigError
-from tasks.sft import build_datasets, check_window, without_recent_rows
-from tasks.shared.inputs import load_catalog_and_map, load_recommender, sequence_windows
+from tasks.sft import build_datasets, check_window
+from tasks.shared.inputs import (
+    load_catalog_and_map,
+    load_recommender,
+    sequence_windows,
+    without_recent_rows,
+)
 
 
 def _train(sequences: dict[str, list[str]], max_history: int = 3) -> pd.DataFrame:

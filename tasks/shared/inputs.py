@@ -58,6 +58,19 @@ def sequence_windows(train: pd.DataFrame, window: int) -> list[list[str]]:
     ]
 
 
+def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:
+    """The train rows less each user's ``per_user`` most recent ones (a user keeps its oldest row
+    at least); the rest still chain into one sequence per user, its newest items cut off."""
+    if per_user == 0:
+        return train
+    ordered = train.sort_values("timestamp", kind="stable")
+    from_newest = ordered.groupby("user_id", sort=False).cumcount(ascending=False)
+    rows = ordered.groupby("user_id", sort=False)["user_id"].transform("size")
+    keep = from_newest >= per_user
+    keep |= from_newest == rows - 1  # the oldest row of a user with too few
+    return ordered[keep].sort_index()
+
+
 def recommender_options(settings: Settings) -> dict[str, Any]:
     """How every stage ranks: evaluate's beam width and batch size, the model's context and
     the split's history length."""
