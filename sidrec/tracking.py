@@ -29,10 +29,12 @@ launch`` only the main process opens it (:func:`training_run`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
 import socket
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -152,11 +154,39 @@ def _killed_on_interrupt(run_id: str) -> Iterator[None]:
     except BaseException as exc:
         if isinstance(exc, Exception | GeneratorExit):
             raise
-        while (active := mlflow.active_run()) is not None:  # runs a trainer left open first
-            mlflow.end_run("KILLED")
-            if active.info.run_id == run_id:
-                break
+        _release_unwound_frames(exc)
+        try:
+            while (active := mlflow.active_run()) is not None:  # runs a trainer left open first
+                mlflow.end_run("KILLED")
+                if active.info.run_id == run_id:
+                    break
+        except Exception as error:  # the interrupt stays what this process ends with
+            log.warning(
+                "could not end MLflow run %s KILLED (%s); it stays RUNNING until the next "
+                "pipeline run on this host ends it (its process is then gone)",
+                run_id,
+                error,
+            )
         raise
+
+
+def _release_unwound_frames(exc: BaseException) -> None:
+    """Drop the local variables of the frames an interrupt has unwound (its traceback keeps
+    them alive while it is handled), then collect.
+
+    A signal can land between a database read and the read's last fetch. The half-read cursor
+    in such a frame keeps SQLite's shared lock on ``mlflow.db`` even after its connection is
+    rolled back or closed, and ending the run, a write, would then wait out MLflow's busy
+    timeout on a lock this process holds itself ("database is locked"). Frames still running
+    (this one and its callers) are left as they are.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
+    gc.collect()
 
 
 def parent_run_id() -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -86,6 +87,39 @@ def test_an_interrupted_pipeline_ends_its_runs_killed(interrupt: type[BaseExcept
     assert mlflow.active_run() is None
     tags = _run(stage.info.run_id).data.tags
     assert tags["sidrec.pid"] == str(os.getpid()) and tags["sidrec.host"] == socket.gethostname()
+
+
+def _interrupted_mid_read(database: Path) -> None:
+    pending = sqlite3.connect(database).execute("SELECT run_uuid FROM runs")  # a row unfetched
+    assert pending.description  # the read holds SQLite's shared lock on the database
+    raise Terminated("landed between a read and its fetch")
+
+
+def test_an_interrupt_between_a_read_and_its_fetch_still_ends_the_runs_killed() -> None:
+    # the half-read cursor lives on in the traceback's frames; left there, it would make
+    # ending the runs wait out MLflow's busy timeout on this process's own lock
+    with (
+        pytest.raises(Terminated),
+        pipeline_run(dataset="track", params={}) as parent,
+        stage_run(dataset="track", stage="sft") as stage,
+    ):
+        _interrupted_mid_read(Path(tracking_uri().removeprefix("sqlite:///")))
+    assert _run(parent).info.status == "KILLED"
+    assert _run(stage.info.run_id).info.status == "KILLED"
+
+
+def test_a_run_that_cannot_be_ended_leaves_the_interrupt_as_it_was(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def locked(status: str) -> None:
+        raise mlflow.exceptions.MlflowException("database is locked")
+
+    with pytest.raises(Terminated), stage_run(dataset="track", stage="sft") as stage:
+        monkeypatch.setattr(mlflow, "end_run", locked)
+        raise Terminated("stop")
+    assert (
+        f"could not end MLflow run {stage.info.run_id} KILLED (database is locked)" in caplog.text
+    )
 
 
 def test_sigterm_raises_terminated_in_the_main_thread() -> None:
