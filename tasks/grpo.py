@@ -56,8 +56,7 @@ from tasks.shared.inputs import (
     load_recommender,
     read_split,
     recent_rows,
-    sequence_windows,
-    without_recent_rows,
+    sft_windows,
 )
 from tasks.shared.launch import run_launched
 from tasks.shared.training import (
@@ -360,10 +359,8 @@ def sft_anchor(
     cfg = settings.grpo
     if cfg.sft_anchor <= 0:
         return None
-    kept = without_recent_rows(train, settings.sft.holdout_recent)
-    windows = sequence_windows(kept, settings.sft.window)
     return SftAnchor(
-        [builder.sequence_example(w) for w in windows],
+        [builder.sequence_example(w) for w in sft_windows(settings, train)],
         tokenizer,
         weight=cfg.sft_anchor,
         per_step=cfg.anchor_windows,

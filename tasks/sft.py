@@ -61,7 +61,7 @@ from tasks.shared.inputs import (
     read_split,
     recent_rows,
     recommender_options,
-    sequence_windows,
+    sft_windows,
     without_recent_rows,
 )
 from tasks.shared.launch import run_launched
@@ -144,12 +144,11 @@ def build_datasets(
     settings: Settings, builder: PromptBuilder, train: pd.DataFrame, valid: pd.DataFrame
 ) -> tuple[list[Example], list[Example]]:
     cfg = settings.sft
-    train = without_recent_rows(train, cfg.holdout_recent)
-    rows = recent_rows(train, cfg.max_rows_per_user)
+    rows = recent_rows(without_recent_rows(train, cfg.holdout_recent), cfg.max_rows_per_user)
     examples: list[Example] = []
     for task_name in cfg.tasks:
         if task_name == "seq_rec" and cfg.objective == "sequence":
-            examples += [builder.sequence_example(w) for w in sequence_windows(train, cfg.window)]
+            examples += [builder.sequence_example(w) for w in sft_windows(settings, train)]
         elif task_name in ("seq_rec", "title_history"):
             by_title = task_name == "title_history"
             examples += [

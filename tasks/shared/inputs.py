@@ -71,6 +71,14 @@ def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:
     return ordered[keep].sort_index()
 
 
+def sft_windows(settings: Settings, train: pd.DataFrame) -> list[list[str]]:
+    """The sequence windows SFT trains on (``sft.objective: sequence``): the train split less
+    each user's ``sft.holdout_recent`` newest rows, cut into windows of ``sft.window`` items.
+    GRPO's ``sft_anchor`` replays the same windows."""
+    cfg = settings.sft
+    return sequence_windows(without_recent_rows(train, cfg.holdout_recent), cfg.window)
+
+
 def recommender_options(settings: Settings) -> dict[str, Any]:
     """How every stage ranks: evaluate's beam width and batch size, the model's context and
     the split's history length."""
