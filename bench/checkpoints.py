@@ -33,6 +33,7 @@ from bench.common import (
     run_stages,
     write_run_record,
 )
+from sidrec.stage import Stage
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +69,23 @@ def _copy_inputs(run: Path, out: Path) -> None:
     shutil.copytree(run / "data", out / "data")
     shutil.copytree(run / "artifacts" / "baselines", out / "artifacts" / "baselines")
     shutil.copytree(run / "metrics", out / "metrics")
+
+
+def evaluate_and_record(
+    out: Path,
+    overrides: list[str],
+    sft_seconds: dict[Stage, float],
+    source: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Run evaluate in ``out`` (``grpo.enabled=false``: SFT is the generative model there) and
+    write the run record that ``bench.quality --skip-run`` reads: the SFT and evaluate seconds,
+    and, where ``source`` (the copied folder's own record) is known, the stages before SFT as
+    prepared there."""
+    evaluated = [*overrides, "grpo.enabled=false"]
+    (out / RUN_RECORD).unlink(missing_ok=True)  # unfinished until evaluate has run
+    scored = run_stages(out, evaluated, start="evaluate", until="evaluate")
+    prepared = None if source is None else prepared_by(source, "sft")
+    return write_run_record(out, evaluated, "evaluate", {**sft_seconds, **scored.seconds}, prepared)
 
 
 def main() -> None:
@@ -121,11 +139,7 @@ def main() -> None:
     with mock.patch.object(tasks.sft, "ValidationSample", WithTest):
         trained = run_stages(args.out, overrides, start="sft", until="sft")
     if args.evaluate:
-        evaluated = [*overrides, "grpo.enabled=false"]
-        scored = run_stages(args.out, evaluated, start="evaluate", until="evaluate")
-        seconds = {**trained.seconds, **scored.seconds}
-        prepared = None if record is None else prepared_by(record, "sft")
-        write_run_record(args.out, evaluated, "evaluate", seconds, prepared)
+        evaluate_and_record(args.out, overrides, trained.seconds, record)
     report = json.loads(settings.paths.metrics("sft").read_text())
     history = report["valid_history"]
     selection = [h["ndcg@10"] for h in history]
