@@ -106,13 +106,16 @@ class Processes:
         pytest.fail(f"{name} not answering {url} after {timeout:.0f} s:\n{self.tail(name)}")
 
     def stop_all(self) -> None:
-        for proc in reversed(self.started.values()):
+        """SIGTERM each process group in reverse start order, waiting for each before the next:
+        the workers then stop while the server they report to still answers (stopped together,
+        each worker retried its last events against the gone server until it was killed)."""
+        for name, proc in reversed(self.started.items()):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.started.values():
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
+                print(f"{name} ignored SIGTERM for 20 s: killed", file=sys.stderr)
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
 
