@@ -281,6 +281,10 @@ class ModelConfig(_Section):
     """preset hf: a Hugging Face model id (where a hub is reachable) or a local folder."""
     max_length: int = Field(256, ge=32)
     """Context length used for training and generation; longer prompts lose their oldest items."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them
+    (TRL's default is on): less memory for large backbones, the same weights, slower steps
+    (on the CPU default SFT took 10 % longer, docs/benchmarks.md)."""
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
 

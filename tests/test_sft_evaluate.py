@@ -244,3 +244,30 @@ def test_the_moving_average_of_the_weights_is_the_model_kept(prepared, monkeypat
     for name, param in kept.named_parameters():
         torch.testing.assert_close(param, averaged[name])
     assert any(not torch.allclose(p, last[n]) for n, p in kept.named_parameters())
+
+
+@pytest.mark.slow
+def test_gradient_checkpointing_saves_memory_not_weights(prepared, monkeypatch):
+    """`model.gradient_checkpointing` (off by default; TRL's own default is on) reaches the
+    model that trains, and turning it on recomputes activations without changing what is learnt."""
+    from models.sft_trainer import SidSFTTrainer
+
+    seen: list[bool] = []
+    original = SidSFTTrainer.training_step
+
+    def record(self, model, inputs, *args, **kwargs):
+        seen.append(model.is_gradient_checkpointing)
+        return original(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(SidSFTTrainer, "training_step", record)
+    weights: dict[bool, dict[str, torch.Tensor]] = {}
+    for on in (False, True):
+        seen.clear()
+        model_cfg = prepared.model.model_copy(update={"gradient_checkpointing": on})
+        sft_cfg = prepared.sft.model_copy(update={"epochs": 1})
+        sft(prepared.model_copy(update={"model": model_cfg, "sft": sft_cfg}))
+        assert seen and set(seen) == {on}
+        kept, _ = load_model_dir(prepared.paths.sft_model)
+        weights[on] = {name: p.detach().clone() for name, p in kept.named_parameters()}
+    for name, param in weights[False].items():
+        torch.testing.assert_close(weights[True][name], param, rtol=1e-5, atol=1e-6)

@@ -38,6 +38,8 @@ def trainer_arguments(
         "dataloader_num_workers": 0,
         "bf16": gpu and torch.cuda.is_bf16_supported(),  # bf16 on a GPU that has it
         "use_cpu": not gpu,
+        # TRL turns it on by default; off, a step keeps its activations (same weights, faster)
+        "gradient_checkpointing": settings.model.gradient_checkpointing,
         "disable_tqdm": not interactive(),  # a log file gets the trainer's log lines instead
         **stage_args,
     }
