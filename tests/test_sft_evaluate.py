@@ -247,7 +247,7 @@ def test_the_moving_average_of_the_weights_is_the_model_kept(prepared, monkeypat
 
 
 @pytest.mark.slow
-def test_gradient_checkpointing_saves_memory_not_weights(prepared, monkeypatch):
+def test_gradient_checkpointing_reaches_the_model_and_changes_no_weight(prepared, monkeypatch):
     """`model.gradient_checkpointing` (off by default; TRL's own default is on) reaches the
     model that trains, and turning it on recomputes activations without changing what is learnt."""
     from models.sft_trainer import SidSFTTrainer
