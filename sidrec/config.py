@@ -284,7 +284,7 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them
     (TRL's default is on): less memory for large backbones, the same weights, slower steps
-    (on the CPU default SFT took 10 % longer, docs/benchmarks.md)."""
+    (measured in docs/benchmarks.md, "Gradient checkpointing off")."""
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
 
