@@ -90,8 +90,8 @@ def run_stages(
     until: Stage = STAGES[-1],
 ) -> StagesRun:
     """Every stage function in order from ``start`` (the earlier ones' outputs must be in
-    ``work``) up to ``until`` (as `make run` runs them, without Prefect),
-    each timed, with :func:`folder_settings` (all outputs under ``work``). Runs inside ``work``
+    ``work``) up to ``until`` (as `make run` runs them, without Prefect; the grpo stage not
+    under ``grpo.enabled: false``, as the training flow leaves it out), each timed, with :func:`folder_settings` (all outputs under ``work``). Runs inside ``work``
     with MLflow tracking in ``work/mlflow.db``; the working directory and
     ``MLFLOW_TRACKING_URI`` are restored afterwards."""
     work = work.resolve()
@@ -101,6 +101,8 @@ def run_stages(
     seconds: dict[Stage, float] = {}
     with _inside(work):
         for stage in STAGES[STAGES.index(start) : STAGES.index(until) + 1]:
+            if stage == "grpo" and not settings.grpo.enabled:
+                continue
             stage_fn = getattr(importlib.import_module(f"tasks.{stage}"), stage)
             started = time.perf_counter()
             results[stage] = stage_fn(settings)

@@ -6,11 +6,15 @@ settings, so one change is measured on the same split, SIDs and earlier models.
     python -m bench.compare bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 --model grpo
     python -m bench.compare bench/runs/frontier/seed-0 bench/runs/frontier/seed-0 \\
         --model sft --model-b grpo
+    python -m bench.variant bench/runs/q/default/seed-0 bench/runs/more-sft/seed-0 --register \\
+        --start sft --set sft.warm_start=champion --set sft.epochs=2 --set grpo.enabled=false
 
 The source must hold a finished run of :mod:`bench.quality` (its ``bench-run.json`` names the
 settings it ran with); the copy re-runs ``--start`` … evaluate with those settings and the
 ``--set`` overrides after them, and gets its own run record. An existing copy is refused, never
-overwritten; a copy whose stages failed has no run record.
+overwritten; a copy whose stages failed has no run record. ``--register`` first runs the
+``register`` stage in the copy with the source's own settings, so the model the source kept
+becomes the copy's champion and ``sft.warm_start=champion`` continues training from it.
 """
 
 from __future__ import annotations
@@ -43,11 +47,19 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], help="section.key=value"
     )
+    parser.add_argument(
+        "--register",
+        action="store_true",
+        help="register the source's kept model in the copy first (for sft.warm_start=champion)",
+    )
 
 
-def variant(source: Path, copy: Path, start: Stage, overrides: list[str]) -> Path:
+def variant(
+    source: Path, copy: Path, start: Stage, overrides: list[str], *, register: bool = False
+) -> Path:
     """Copy ``source`` to ``copy`` and run ``start`` … evaluate there with the source's own
-    settings plus ``overrides``; returns the copy."""
+    settings plus ``overrides`` (after the ``register`` stage with the source's settings alone
+    when ``register``); returns the copy."""
     record = run_record(source, "run `python -m bench.quality` there first")
     if STAGES.index(record["until"]) < STAGES.index(start) - 1:
         raise InputError(f"the run there stopped after {record['until']}", path=source)
@@ -55,6 +67,9 @@ def variant(source: Path, copy: Path, start: Stage, overrides: list[str]) -> Pat
         raise InputError("the copy's folder exists already; choose a new one", path=copy)
     # the copy has no run record until its stages finished (a failed run reads as unfinished)
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns(RUN_RECORD))
+    if register:
+        print(f"registering the source's kept model in {copy}", file=sys.stderr, flush=True)
+        run_stages(copy, record["overrides"], start="register", until="register")
     settings = [*record["overrides"], *overrides]
     print(f"running the stages {start}..{LAST} in {copy}", file=sys.stderr, flush=True)
     run = run_stages(copy, settings, start=start, until=LAST)
@@ -65,7 +80,13 @@ def variant(source: Path, copy: Path, start: Stage, overrides: list[str]) -> Pat
 def main() -> None:
     args = bench_args(__doc__, _options)
     try:
-        variant(args.source.resolve(), args.copy.resolve(), args.start, args.overrides)
+        variant(
+            args.source.resolve(),
+            args.copy.resolve(),
+            args.start,
+            args.overrides,
+            register=args.register,
+        )
     except SidrecError as exc:
         sys.exit(f"error: {exc}")
 

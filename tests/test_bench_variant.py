@@ -4,6 +4,7 @@ stages themselves faked: what is copied, which settings run and what is recorded
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,27 @@ def test_the_copy_reruns_from_start_with_the_sources_settings_then_the_new_ones(
         variant(finished, copy, "grpo", [])
 
 
+def test_register_first_registers_with_the_sources_settings_alone(
+    tmp_path: Path, finished: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[tuple[list[str], str, str]] = []
+
+    def fake_run(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
+        ran.append((list(overrides), start, until))
+        return StagesRun(folder_settings(work, overrides), {}, {"sft": 2.0})
+
+    monkeypatch.setattr(bench.variant, "run_stages", fake_run)
+    copy = tmp_path / "variants" / "seed-3"
+    variant(finished, copy, "sft", ["sft.warm_start=champion"], register=True)
+    assert ran == [
+        (["project.seed=3"], "register", "register"),
+        (["project.seed=3", "sft.warm_start=champion"], "sft", "evaluate"),
+    ]
+    ran.clear()
+    variant(finished, tmp_path / "variants" / "seed-4", "grpo", [])  # off by default
+    assert [stage for _, stage, _ in ran] == ["grpo"]
+
+
 def test_a_failed_rerun_leaves_a_copy_without_a_record(
     tmp_path: Path, finished: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,3 +97,21 @@ def test_a_source_without_a_finished_run_is_refused_before_copying(tmp_path: Pat
     with pytest.raises(InputError, match="did not finish"):
         variant(tmp_path / "unfinished", copy, "grpo", [])
     assert not copy.exists()
+
+
+def test_run_stages_leaves_grpo_out_when_it_is_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    called: list[str] = []
+
+    def stage_module(name: str) -> types.SimpleNamespace:
+        stage = name.removeprefix("tasks.")
+        return types.SimpleNamespace(**{stage: lambda settings: called.append(stage)})
+
+    monkeypatch.setattr(bench.common.importlib, "import_module", stage_module)
+    run = bench.common.run_stages(tmp_path / "w", ["grpo.enabled=false"], start="sft")
+    assert called == ["sft", "evaluate", "register"]
+    assert list(run.seconds) == called
+    called.clear()
+    bench.common.run_stages(tmp_path / "w", [], start="sft", until="evaluate")
+    assert called == ["sft", "grpo", "evaluate"]
