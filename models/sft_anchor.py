@@ -8,6 +8,11 @@ windows), weighted by ``grpo.sft_anchor``: the policy gradient moves the model, 
 pulls its next-item distributions back towards the data everywhere else (Ouyang et al. 2022
 mixed the pretraining loss into PPO in the same way). A KL penalty (``grpo.beta``) instead
 only constrains the sampled completions of the step's own prompts.
+
+SFT's loss includes SASRec's soft targets when ``sft.distill`` is on (``models/distill.py``);
+given that teacher, the anchor adds its term with SFT's weight, so the anchor is the loss SFT
+minimized. Without it, more training on the token loss alone pulls the model off the balance
+of hard and soft targets that SFT ended at (docs/benchmarks.md, "What GRPO's dip is").
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ class SftAnchor:
         weight: float,
         per_step: int,
         seed: int,
+        teacher: Any = None,
     ):
+        """``teacher``: a :class:`models.distill.SasrecTeacher` whose weighted term joins the
+        token loss, as in SFT (None: the token loss alone)."""
         if not examples:
             raise ValueError("the SFT anchor needs at least one example")
         if weight <= 0 or per_step < 1:
@@ -45,6 +53,7 @@ class SftAnchor:
             completion = tokenizer(ex.completion, add_special_tokens=False)["input_ids"]
             self.rows.append((prompt + completion, [-100] * len(prompt) + completion))
         self.generator = torch.Generator().manual_seed(seed)
+        self.teacher = teacher
 
     def batch(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """``per_step`` examples drawn without replacement (with it when there are fewer),
@@ -70,5 +79,13 @@ class SftAnchor:
         }
 
     def loss(self, model: Any, device: torch.device | str) -> torch.Tensor:
-        """The model's mean token cross-entropy on a fresh batch (unweighted)."""
-        return model(**self.batch(device), use_cache=False).loss
+        """SFT's loss on a fresh batch (unweighted by ``weight``): the mean token cross-entropy,
+        plus the teacher's weighted term where there is a teacher."""
+        batch = self.batch(device)
+        outputs = model(**batch, use_cache=False)
+        if self.teacher is None:
+            return outputs.loss
+        targets = self.teacher.targets(batch)
+        if not targets:
+            return outputs.loss
+        return outputs.loss + self.teacher.weight * self.teacher.loss(targets, outputs.logits)

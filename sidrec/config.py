@@ -468,10 +468,10 @@ class GrpoConfig(_Section):
     seeded order, each its own target, no history (the collaborative reward leaves them out)
     and no exclusions. 0 = history prompts only."""
     sft_anchor: float = Field(0.0, ge=0)
-    """Weight of SFT's language-model loss (token cross-entropy; not ``sft.distill``'s teacher
-    term) on ``anchor_windows`` of SFT's sequence windows (a fresh draw every step), added to every GRPO step's loss (InstructGPT's PPO-ptx): it holds the model's
-    predictions outside the step's prompts where SFT left them. Needs ``sft.objective:
-    sequence``. 0 = off."""
+    """Weight of SFT's loss (token cross-entropy, plus ``sft.distill``'s SASRec term when on) on
+    ``anchor_windows`` of SFT's sequence windows (a fresh draw every step), added to every GRPO
+    step's loss (InstructGPT's PPO-ptx): it holds the model's predictions outside the step's
+    prompts where SFT left them. Needs ``sft.objective: sequence``. 0 = off."""
     anchor_windows: int = Field(8, ge=1)
     """Sequence windows per step for ``sft_anchor``."""
     ema_decay: float | None = Field(None, gt=0, lt=1)

@@ -41,7 +41,7 @@ from models.rewards import (
     rule_reward,
 )
 from models.sft_anchor import SftAnchor
-from models.sid import sid_string
+from models.sid import SidMap, sid_string
 from sidrec.config import Settings
 from sidrec.distributed import is_main_process, process_rank
 from sidrec.errors import ConfigError
@@ -56,6 +56,7 @@ from tasks.shared.inputs import (
     load_recommender,
     read_split,
     recent_rows,
+    sasrec_teacher,
     sft_windows,
 )
 from tasks.shared.launch import run_launched
@@ -327,7 +328,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         peft_config=lora_config(settings),
         callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
         on_rewards=samples,
-        anchor=sft_anchor(settings, builder, tokenizer, train),
+        anchor=sft_anchor(settings, builder, tokenizer, train, sid_map, item_ids),
     )
     started = time.perf_counter()
     # TRL's MLflow callback, the validation metrics and the sample tables log into this run
@@ -351,11 +352,17 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
 
 
 def sft_anchor(
-    settings: Settings, builder: PromptBuilder, tokenizer: Any, train: pd.DataFrame
+    settings: Settings,
+    builder: PromptBuilder,
+    tokenizer: Any,
+    train: pd.DataFrame,
+    sid_map: SidMap,
+    item_ids: list[str],
 ) -> SftAnchor | None:
     """SFT's own sequence windows (the train split less ``sft.holdout_recent`` rows per user) as
-    GRPO's anchor (``grpo.sft_anchor``; None when off). Under ``accelerate launch`` every
-    process draws its own windows."""
+    GRPO's anchor (``grpo.sft_anchor``; None when off), scored with SFT's loss: its SASRec
+    teacher joins where ``sft.distill`` is on. Under ``accelerate launch`` every process draws
+    its own windows."""
     cfg = settings.grpo
     if cfg.sft_anchor <= 0:
         return None
@@ -365,6 +372,7 @@ def sft_anchor(
         weight=cfg.sft_anchor,
         per_step=cfg.anchor_windows,
         seed=settings.project.seed + process_rank(),
+        teacher=sasrec_teacher(settings, tokenizer, sid_map, item_ids),
     )
 
 

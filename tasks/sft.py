@@ -46,7 +46,7 @@ from models.prompts import (
     title_history_prompt,
 )
 from models.recommender import SidRecommender
-from models.sid import SidMap, sid_tokens
+from models.sid import SidMap
 from sidrec.config import Settings
 from sidrec.distributed import is_main_process, world_size
 from sidrec.errors import ConfigError
@@ -61,7 +61,9 @@ from tasks.shared.inputs import (
     read_split,
     recent_rows,
     recommender_options,
+    sasrec_teacher,
     sft_windows,
+    sid_token_matrix,
     without_recent_rows,
 )
 from tasks.shared.launch import run_launched
@@ -166,14 +168,6 @@ def build_datasets(
     return examples, evals
 
 
-def sid_token_matrix(tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
-    """(items, L) tensor of the SID token ids of ``item_ids``, in that order (only for SIDs of
-    one length, as the sequence windows assume)."""
-    import torch
-
-    return torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in item_ids])
-
-
 def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) -> list[Any]:
     """The batch augmentations ``sft.corrupt_items`` / ``sft.drop_items`` switch on (sequence
     objective only: the rows objective has no windows to touch)."""
@@ -198,29 +192,6 @@ def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) ->
             )
         )
     return augment
-
-
-def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
-    """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off)."""
-    cfg = settings.sft
-    if cfg.distill == 0:
-        return None
-    if cfg.objective != "sequence":
-        raise ConfigError(
-            f"sft.distill={cfg.distill} needs sft.objective=sequence (the teacher scores the "
-            f"items of sequence windows; got {cfg.objective!r}); set sft.distill=0"
-        )
-    from models.baselines.sasrec import load_baseline
-    from models.distill import SasrecTeacher
-
-    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
-    return SasrecTeacher(
-        sasrec,
-        sid_token_matrix(tokenizer, sid_map, sasrec.item_ids),
-        bos_token_id=tokenizer.bos_token_id,
-        weight=cfg.distill,
-        temperature=cfg.distill_temperature,
-    )
 
 
 def sft(settings: Settings) -> StageResult:

@@ -230,6 +230,7 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
     settings = grpo_settings(sft_anchor=0.5, anchor_windows=3, rows_per_user=1)
     check_grpo_config(settings, n_items=100)
     items, sid_map = load_catalog_and_map(settings)
+    catalog = items["item_id"].tolist()
     train = read_split(settings, "train")
     tokenizer = train_tokenizer(["The user interacted with"] * 5, 300)
     add_sid_tokens(tokenizer, *sid_shape(sid_map, settings.sids.codebook_size))
@@ -240,9 +241,23 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
         max_length=settings.model.max_length,
         fmt="sequence",
     )
-    assert sft_anchor(grpo_settings(), builder, tokenizer, train) is None  # off by default
-    anchor = sft_anchor(settings, builder, tokenizer, train)
+    assert (
+        sft_anchor(grpo_settings(), builder, tokenizer, train, sid_map, catalog) is None
+    )  # off by default
+    anchor = sft_anchor(settings, builder, tokenizer, train, sid_map, catalog)
     assert anchor is not None and (anchor.weight, anchor.per_step) == (0.5, 3)
+    # scored with SFT's loss: SASRec's soft targets at SFT's weight and temperature
+    assert settings.sft.distill > 0
+    assert (anchor.teacher.weight, anchor.teacher.temperature) == (
+        settings.sft.distill,
+        settings.sft.distill_temperature,
+    )
+    assert anchor.teacher.targets(anchor.batch())  # the windows' items, found in its batches
+    untaught = synthetic_project.settings(
+        settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5}, sft={"distill": 0.0}
+    )
+    untaught_anchor = sft_anchor(untaught, builder, tokenizer, train, sid_map, catalog)
+    assert untaught_anchor is not None and untaught_anchor.teacher is None
     # every train interaction, in its window (the SFT windows, not GRPO's one row per user)
     item_of = {tuple(tokenizer.convert_tokens_to_ids(sid_tokens(c))): i for i, c in sid_map.items()}
     levels = len(next(iter(sid_map.values())))
@@ -262,7 +277,7 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
         grpo={**GRPO, "sft_anchor": 0.5},
         sft={"holdout_recent": 1},
     )
-    anchor = sft_anchor(held_out, builder, tokenizer, train)
+    anchor = sft_anchor(held_out, builder, tokenizer, train, sid_map, catalog)
     assert anchor is not None
     kept = sequence_windows(without_recent_rows(train, 1), held_out.sft.window)
     targets = sum(label != -100 for _, labels in anchor.rows for label in labels)

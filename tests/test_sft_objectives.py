@@ -94,7 +94,7 @@ def test_a_window_longer_than_the_context_is_a_config_error(make_settings, proje
 
 
 def test_distillation_needs_sequence_windows(make_settings, project):
-    from tasks.sft import sasrec_teacher
+    from tasks.shared.inputs import sasrec_teacher
 
     rows = make_settings(project, sft={"objective": "rows", "distill": 0.5})
     with pytest.raises(ConfigError, match=r"sft.distill=0.5 needs sft.objective=sequence"):

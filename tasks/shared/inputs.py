@@ -1,5 +1,6 @@
 """Stage inputs several stages read the same way: the catalog with its SID map, each user's
-recent rows, and the shared recommender around a trained model folder."""
+recent rows, the shared recommender around a trained model folder, and SASRec as SFT's teacher
+(``sft.distill``, also replayed by GRPO's ``grpo.sft_anchor``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pandas as pd
 
 from models.baselines import train_sequences
 from models.recommender import SidRecommender
-from models.sid import SidMap, read_sid_map
+from models.sid import SidMap, read_sid_map, sid_tokens
 from sidrec.config import Settings
-from sidrec.errors import InputError
+from sidrec.errors import ConfigError, InputError
 from sidrec.io import read_table
 from sidrec.schemas import ITEMS, SPLIT
 
@@ -108,3 +109,34 @@ def load_recommender(
         raise InputError(
             f"the SID map does not match the model's tokenizer: {exc}", path=folder
         ) from None
+
+
+def sid_token_matrix(tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
+    """(items, L) tensor of the SID token ids of ``item_ids``, in that order (only for SIDs of
+    one length, as the sequence windows assume)."""
+    import torch
+
+    return torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in item_ids])
+
+
+def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
+    """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off)."""
+    cfg = settings.sft
+    if cfg.distill == 0:
+        return None
+    if cfg.objective != "sequence":
+        raise ConfigError(
+            f"sft.distill={cfg.distill} needs sft.objective=sequence (the teacher scores the "
+            f"items of sequence windows; got {cfg.objective!r}); set sft.distill=0"
+        )
+    from models.baselines.sasrec import load_baseline
+    from models.distill import SasrecTeacher
+
+    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    return SasrecTeacher(
+        sasrec,
+        sid_token_matrix(tokenizer, sid_map, sasrec.item_ids),
+        bos_token_id=tokenizer.bos_token_id,
+        weight=cfg.distill,
+        temperature=cfg.distill_temperature,
+    )

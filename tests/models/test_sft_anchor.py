@@ -89,3 +89,37 @@ def test_an_anchor_without_weight_or_windows_is_refused(tokenizer, weight, per_s
         SftAnchor(_windows(tokenizer, 2), tokenizer, weight=weight, per_step=per_step, seed=0)
     with pytest.raises(ValueError, match="at least one example"):
         SftAnchor([], tokenizer, weight=1.0, per_step=1, seed=0)
+
+
+def test_a_teacher_adds_its_weighted_term_to_the_cross_entropy(tokenizer):
+    model = build_tiny(
+        tokenizer, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
+        max_length=64, seed=0,
+    )  # fmt: skip
+    (example,) = _windows(tokenizer, 1)
+    seen: list[dict] = []
+
+    class Teacher:
+        weight = 0.5
+
+        def __init__(self, targets: list):
+            self._targets = targets
+
+        def targets(self, batch: dict) -> list:
+            seen.append(batch)
+            return self._targets
+
+        def loss(self, targets: list, logits: torch.Tensor) -> torch.Tensor:
+            assert targets == ["places"] and logits.shape[0] == 1
+            return logits.new_tensor(3.0)
+
+    plain = SftAnchor([example], tokenizer, weight=1.0, per_step=1, seed=0)
+    taught = SftAnchor(
+        [example], tokenizer, weight=1.0, per_step=1, seed=0, teacher=Teacher(["places"])
+    )
+    none = SftAnchor([example], tokenizer, weight=1.0, per_step=1, seed=0, teacher=Teacher([]))
+    with torch.no_grad():
+        ce = float(plain.loss(model, "cpu"))
+        assert float(taught.loss(model, "cpu")) == pytest.approx(ce + 0.5 * 3.0, rel=1e-5)
+        assert float(none.loss(model, "cpu")) == pytest.approx(ce, rel=1e-5)  # no window items
+    assert torch.equal(seen[0]["labels"], plain.batch()["labels"])  # the scored batch itself
