@@ -91,9 +91,10 @@ def run_stages(
 ) -> StagesRun:
     """Every stage function in order from ``start`` (the earlier ones' outputs must be in
     ``work``) up to ``until`` (as `make run` runs them, without Prefect; the grpo stage not
-    under ``grpo.enabled: false``, as the training flow leaves it out), each timed, with :func:`folder_settings` (all outputs under ``work``). Runs inside ``work``
-    with MLflow tracking in ``work/mlflow.db``; the working directory and
-    ``MLFLOW_TRACKING_URI`` are restored afterwards."""
+    under ``grpo.enabled: false``, as the training flow leaves it out), each timed, with
+    :func:`folder_settings` (all outputs under ``work``). Runs inside ``work`` with MLflow
+    tracking in ``work/mlflow.db``; the working directory and ``MLFLOW_TRACKING_URI`` are
+    restored afterwards."""
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     settings = folder_settings(work, overrides)

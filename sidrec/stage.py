@@ -150,7 +150,7 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             paths.item_emb,
             *(paths.split(s) for s in ("train", "valid")),
             *_files(paths.sft_model),
-            *(_files(paths.sasrec_model) if settings.grpo.rewards.collaborative > 0 else []),
+            *(_files(paths.sasrec_model) if _grpo_reads_sasrec(settings) else []),
         ]
     if stage == "evaluate":
         return [
@@ -211,3 +211,10 @@ def code_fingerprint() -> str:
             digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _grpo_reads_sasrec(settings: Settings) -> bool:
+    """GRPO reads SASRec for its collaborative reward, and as the teacher in its SFT anchor."""
+    grpo = settings.grpo
+    anchor_teacher = grpo.sft_anchor > 0 and settings.sft.distill > 0
+    return grpo.rewards.collaborative > 0 or anchor_teacher

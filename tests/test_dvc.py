@@ -211,3 +211,22 @@ def _write_params(work: Path, params: dict) -> None:
 
 def _ran(output: str) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", output))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reads"),
+    [
+        (["grpo.rewards.collaborative=0.5"], True),  # the collaborative reward
+        (["grpo.rewards.collaborative=0", "grpo.sft_anchor=1", "sft.distill=1"], True),  # teacher
+        (["grpo.rewards.collaborative=0", "grpo.sft_anchor=1", "sft.distill=0"], False),
+        (["grpo.rewards.collaborative=0", "grpo.sft_anchor=0", "sft.distill=1"], False),
+    ],
+)
+def test_grpo_fingerprints_sasrec_where_it_reads_it(tmp_path, overrides, reads):
+    settings = load_settings(
+        REPO / "params.yaml", [f"project.artifacts_dir={tmp_path}", *overrides]
+    )
+    model = settings.paths.sasrec_model
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"weights")
+    assert (model / "model.safetensors" in stage_inputs("grpo", settings)) == reads
