@@ -14,7 +14,8 @@ settings it ran with); the copy re-runs ``--start`` … evaluate with those sett
 ``--set`` overrides after them, and gets its own run record. An existing copy is refused, never
 overwritten; a copy whose stages failed has no run record. ``--register`` first runs the
 ``register`` stage in the copy with the source's own settings, so the model the source kept
-becomes the copy's champion and ``sft.warm_start=champion`` continues training from it.
+becomes the copy's champion (``bench.quality`` folders hold none before; its gate decides
+otherwise) and ``sft.warm_start=champion`` continues training from it.
 """
 
 from __future__ import annotations
