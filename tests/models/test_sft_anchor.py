@@ -27,6 +27,13 @@ def _windows(tokenizer, n):
     return [Example(bos, "".join(sid(j) + eos for j in range(i + 1))) for i in range(n)]
 
 
+def _tiny_model(tokenizer):
+    return build_tiny(
+        tokenizer, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
+        max_length=64, seed=0,
+    )  # fmt: skip
+
+
 def _ids(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -67,10 +74,7 @@ def test_more_windows_per_step_than_examples_repeat_examples(tokenizer):
 
 
 def test_the_anchor_loss_is_the_models_cross_entropy_on_completion_tokens(tokenizer):
-    model = build_tiny(
-        tokenizer, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
-        max_length=64, seed=0,
-    )  # fmt: skip
+    model = _tiny_model(tokenizer)
     (example,) = _windows(tokenizer, 1)
     anchor = SftAnchor([example], tokenizer, weight=1.0, per_step=1, seed=0)
     prompt, completion = _ids(tokenizer, example.prompt), _ids(tokenizer, example.completion)
@@ -92,10 +96,7 @@ def test_an_anchor_without_weight_or_windows_is_refused(tokenizer, weight, per_s
 
 
 def test_a_teacher_adds_its_weighted_term_to_the_cross_entropy(tokenizer):
-    model = build_tiny(
-        tokenizer, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
-        max_length=64, seed=0,
-    )  # fmt: skip
+    model = _tiny_model(tokenizer)
     (example,) = _windows(tokenizer, 1)
     seen: list[dict] = []
 
