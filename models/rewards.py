@@ -31,17 +31,33 @@ DENSE_REWARDS = ("collaborative", "semantic")
 within the group); rule and ranking are already bounded by the target's 1."""
 
 
+def hits(
+    completion_item: Sequence[int],
+    target_index: Sequence[int],
+    positive_index: Sequence[Sequence[int]] | None = None,
+) -> list[bool]:
+    """Per completion, whether it is a right answer: the target item, or any item of its row's
+    ``positive_index`` (the target and the user's next train items, ``grpo.horizon``) where
+    the dataset has that column."""
+    if positive_index is None:
+        return [item == target for item, target in zip(completion_item, target_index, strict=True)]
+    return [item in set(p) for item, p in zip(completion_item, positive_index, strict=True)]
+
+
 def rule_reward(
     completions: Sequence[Any],
     *,
     completion_item: Sequence[int],
     target_index: Sequence[int],
+    positive_index: Sequence[Sequence[int]] | None = None,
     **_: Any,
 ) -> list[float | None]:
-    """1 for the exact target item, else 0; None without a target."""
+    """1 for a right answer (the target, or one of ``positive_index``), else 0; None without a
+    target."""
+    right = hits(completion_item, target_index, positive_index)
     return [
-        float(item == target) if target != NO_TARGET else None
-        for item, target in zip(completion_item, target_index, strict=True)
+        float(hit) if target != NO_TARGET else None
+        for hit, target in zip(right, target_index, strict=True)
     ]
 
 
@@ -60,21 +76,22 @@ def ranking_reward(
     target_index: Sequence[int],
     rank: Sequence[int],
     num_generations: int,
+    positive_index: Sequence[Sequence[int]] | None = None,
     **_: Any,
 ) -> list[float | None]:
     """Rank-aware reward (MiniOneRec's ``ranking``): the rule reward, plus, in a group that
-    contains the target, a penalty for each wrong item by its beam rank. A group that misses
-    the target gets 0 everywhere (no signal to rank against); a group without a target None."""
+    contains a right answer, a penalty for each wrong item by its beam rank. A group with no
+    right answer gets 0 everywhere (no signal to rank against); a group without a target None."""
     penalty = rank_penalties(num_generations)
-    hits = [item == target for item, target in zip(completion_item, target_index, strict=True)]
+    right = hits(completion_item, target_index, positive_index)
     rewards: list[float | None] = []
-    for start in range(0, len(hits), num_generations):
+    for start in range(0, len(right), num_generations):
         group = slice(start, start + num_generations)
         if target_index[start] == NO_TARGET:
-            rewards += [None] * len(hits[group])
+            rewards += [None] * len(right[group])
             continue
-        found = any(hits[group])
-        for hit, r in zip(hits[group], rank[group], strict=True):
+        found = any(right[group])
+        for hit, r in zip(right[group], rank[group], strict=True):
             rewards.append(1.0 if hit else (penalty[min(r, num_generations - 1)] if found else 0.0))
     return rewards
 

@@ -452,6 +452,14 @@ class GrpoConfig(_Section):
     rows_per_user: int | None = Field(2, ge=0)
     """Training prompts: each user's most recent train rows (null = all, 0 = none: the frontier
     prompts alone, ``frontier_prompts``)."""
+    horizon: int = Field(1, ge=1)
+    """Which rollout items the rule and ranking rewards count as right: the user's next
+    ``horizon`` train items from the prompt on (the row's target and the targets of the user's
+    next ``horizon`` − 1 train rows; fewer at the end of the train split). 1 = the target alone,
+    and every other item is wrong, even one the user rated seconds later: MovieLens users rate
+    in bursts (half of consecutive ratings share a timestamp), so the order inside a burst is
+    the order of entry. ``ensure_target`` and the logged hit rate still use the target alone;
+    valid and test targets are never read."""
     frontier_prompts: bool = False
     """Add one prompt per user whose history is the user's whole train sequence: the context
     that follows the last train item, where evaluation asks. It has no target (the next item is

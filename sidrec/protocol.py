@@ -119,6 +119,26 @@ def items_before(split: pd.DataFrame, rows: pd.DataFrame) -> list[list[str]]:
     return [before[index] for index in rows.index]
 
 
+def items_after(split: pd.DataFrame, rows: pd.DataFrame, count: int) -> list[list[str]]:
+    """For each row of ``rows`` (rows of ``split``, with ``split``'s index): the row's target and
+    the targets of its user's next ``count - 1`` rows within ``split``, in order (by timestamp,
+    ties in file order, as :func:`items_before`). Fewer where the user's rows run out."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    ordered = split.assign(_row=np.arange(len(split))).sort_values(["user_id", "timestamp", "_row"])
+    targets = [str(t) for t in ordered["target"]]
+    users = ordered["user_id"].to_numpy()
+    position = {index: p for p, index in enumerate(ordered.index)}
+    after: list[list[str]] = []
+    for index in rows.index:
+        start = position[index]
+        end = start + 1
+        while end < min(start + count, len(targets)) and users[end] == users[start]:
+            end += 1
+        after.append(targets[start:end])
+    return after
+
+
 def fingerprint(files: Iterable[Path]) -> str:
     """A short content hash of files (a folder counts as all the files inside it)."""
     digest = hashlib.sha256()

@@ -47,7 +47,7 @@ from sidrec.distributed import is_main_process, process_rank
 from sidrec.errors import ConfigError
 from sidrec.io import atomic_write_json
 from sidrec.orchestration import StageCache, publish_stats, publish_table
-from sidrec.protocol import items_before, seen_items
+from sidrec.protocol import items_after, items_before, seen_items
 from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.embeddings import load_embeddings
@@ -127,6 +127,11 @@ def training_rows(
         seen = encode_histories(items_before(train, rows), index, "train histories")
         for row, items in zip(out, seen, strict=True):
             row["exclude_index"] = items
+    horizon = settings.grpo.horizon
+    if horizon > 1:  # the rewards count these as right (models/rewards.py: hits)
+        positives = encode_histories(items_after(train, rows, horizon), index, "train targets")
+        for row, items in zip(out, positives, strict=True):
+            row["positive_index"] = items
     if settings.grpo.frontier_prompts:
         out += frontier_rows(
             builder, train, index, settings.split.max_history, settings.evaluate.exclude_seen
@@ -143,6 +148,10 @@ def training_rows(
         out += title_rows(
             builder, index, count, settings.project.seed, settings.evaluate.exclude_seen
         )
+    if horizon > 1:  # frontier and title prompts: their own target alone, as with horizon 1
+        for row in out:
+            target = row["target_index"]
+            row.setdefault("positive_index", [target] if target != NO_TARGET else [])
     return out
 
 

@@ -156,6 +156,46 @@ def test_training_prompts_carry_what_the_user_had_before_under_exclude_seen(
         assert set(row["history_index"]) <= set(row["exclude_index"])
 
 
+def test_with_a_horizon_each_prompt_counts_the_users_next_train_items_as_right(
+    grpo_settings, synthetic_project
+):
+    from types import SimpleNamespace
+
+    from models.baselines import catalog_index
+    from sidrec.protocol import items_after
+    from tasks.grpo import training_rows
+    from tasks.shared.inputs import read_split, recent_rows
+
+    settings = grpo_settings()
+    train = read_split(settings, "train")
+    index = catalog_index(sorted({*train["target"], *(i for h in train["history"] for i in h)}))
+    builder = SimpleNamespace(history_prompt=lambda history: " ".join(history))
+
+    def rows_with(horizon: int) -> list[dict]:
+        s = synthetic_project.settings(
+            settings.paths.data_dir.parent,
+            grpo={
+                **GRPO,
+                "rows_per_user": 3,
+                "horizon": horizon,
+                "frontier_prompts": True,
+                "rewards": {"ranking": 1.0, "collaborative": 0.5},
+            },
+        )
+        return training_rows(s, builder, train, index)  # type: ignore[arg-type]
+
+    assert all("positive_index" not in r for r in rows_with(1))  # today's rows, unchanged
+    rows = rows_with(3)
+    recent = recent_rows(train, 3)
+    history_rows, frontier = rows[: len(recent)], rows[len(recent) :]
+    after = items_after(train, recent, 3)
+    assert [r["positive_index"] for r in history_rows] == [[index[i] for i in a] for a in after]
+    assert all(r["positive_index"][0] == r["target_index"] for r in history_rows)
+    # a user's oldest of the three rows has two later train items, the newest none
+    assert {len(r["positive_index"]) for r in history_rows} == {1, 2, 3}
+    assert all(r["positive_index"] == [] for r in frontier)  # no target, nothing right
+
+
 @pytest.mark.parametrize("exclude_seen", [True, False])
 def test_frontier_prompts_ask_where_the_valid_rows_ask_without_a_target(
     grpo_settings, synthetic_project, exclude_seen

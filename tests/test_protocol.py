@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from sidrec.config import SplitConfig
-from sidrec.protocol import items_before, seen_items
+from sidrec.protocol import items_after, items_before, seen_items
 from tasks.shared.inputs import recent_rows
 from tasks.split import leave_one_out
 
@@ -32,3 +33,15 @@ def test_items_before_follows_the_rows_order_not_the_splits():
     train = _train()
     rows = train.iloc[::-1]
     assert items_before(train, rows) == [["x"], ["a", "b", "c"], ["a", "b"], ["a"]]
+
+
+def test_items_after_holds_each_rows_target_and_the_users_next_targets():
+    train = _train()  # u's targets b c d (ties at t=3 in file order: c then d), v's y
+    rows = train.iloc[::-1]  # any order of rows; the user's order comes from the split
+    got = dict(zip(rows["target"], items_after(train, rows, 3), strict=True))
+    # never another user's target, never the valid or test target (e, f; z, w)
+    assert got == {"b": ["b", "c", "d"], "c": ["c", "d"], "d": ["d"], "y": ["y"]}
+    assert items_after(train, rows, 2) == [["y"], ["d"], ["c", "d"], ["b", "c"]]
+    assert items_after(train, rows, 1) == [[t] for t in rows["target"]]
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        items_after(train, rows, 0)

@@ -461,6 +461,29 @@ def test_ranking_reward_runs_inside_the_trainer(tmp_path, tiny):
     assert torch.equal(rewards == 1.0, hits) and (rewards[~hits] < 0).all()
 
 
+def test_the_positives_column_reaches_the_rewards_inside_the_trainer(tmp_path, tiny):
+    # grpo.horizon: with every catalog item right, every completion of every group is a hit,
+    # though the target is one item
+    _, sid_map, _ = tiny
+    rows = _dataset(sid_map).to_list()
+    for row in rows:
+        row["positive_index"] = list(range(N_ITEMS))
+    trainer, batches = _trainer(
+        tmp_path,
+        tiny,
+        steps=1,
+        reward_funcs=[rule_reward],
+        dataset=Dataset.from_list(rows),
+        ensure_target=False,
+    )
+    trainer.train()
+    batch = batches[0]
+    assert (batch.rewards[:, 0] == 1.0).all()
+    assert any(
+        item != row["target_index"] for item, row in zip(batch.items, batch.inputs, strict=True)
+    )
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("rollout", ["beam", "sample"])
 def test_training_on_a_gpu_keeps_rollouts_valid_and_moves_parameters(tmp_path, tiny, rollout):

@@ -69,6 +69,30 @@ def test_ranking_reward_penalizes_wrong_items_by_rank_only_in_groups_with_the_ta
     assert rewards[3:] == [0.0, 0.0, 0.0]  # target missed: no ranking signal
 
 
+def test_with_positives_the_users_next_items_count_as_right():
+    # grpo.horizon: row 0's positives are its target 2 and the user's next item 9
+    columns = {"target_index": [2, 2, 2, 5, 5, 5], "positive_index": [[2, 9]] * 3 + [[5, 4]] * 3}
+    items = [7, 2, 9, 1, 6, 3]
+    assert rule_reward(["x"] * 6, completion_item=items, **columns) == [0, 1, 1, 0, 0, 0]
+    p = rank_penalties(3)
+    ranked = ranking_reward(
+        ["x"] * 6, completion_item=items, rank=[0, 1, 2] * 2, num_generations=3, **columns
+    )
+    assert ranked[:3] == [p[0], 1.0, 1.0]
+    # a group holding only a later positive (4) is a group with a right answer
+    ranked = ranking_reward(
+        ["x"] * 3,
+        completion_item=[4, 1, 6],
+        rank=[0, 1, 2],
+        num_generations=3,
+        target_index=[5] * 3,
+        positive_index=[[5, 4]] * 3,
+    )
+    assert ranked == [1.0, p[1], p[2]]
+    # without the column the target alone is right, as before
+    assert rule_reward(["x"] * 3, completion_item=[2, 9, 7], target_index=[2] * 3) == [1, 0, 0]
+
+
 def test_semantic_reward_is_cosine_similarity_to_the_target():
     emb = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], dtype=np.float32)
     reward = SemanticReward(embeddings=emb)
