@@ -10,7 +10,10 @@ model is fed, teacher forcing), renormalized. The model's distribution at that p
 same level's SID tokens (its logits of those tokens, renormalized: the hard target already
 teaches which tokens may come there) is scored against it with cross-entropy, added to the
 usual loss with the weight ``sft.distill``. Alignment pairs, terminators and items without
-history keep the plain loss only.
+history keep the plain loss only. With ``sft.distill_future`` > 0 that share of the item
+distribution is moved, evenly, onto the true item and the window's next
+``sft.distill_horizon`` − 1 items before it is split by place: users rate in bursts, and the
+next item is one of them in the order they were entered.
 
 This is knowledge distillation (Hinton et al. 2015) into a model that generates items token by
 token: the hard target says which item came next, the teacher how plausible every other item
@@ -79,9 +82,12 @@ class SasrecTeacher(_WindowItems):
         bos_token_id: int,
         weight: float,
         temperature: float = 1.0,
+        future: float = 0.0,
+        horizon: int = 1,
     ):
         """``item_tokens``: (items, L) SID token ids in SASRec's catalog order (row i is
-        ``sasrec.item_ids[i]``)."""
+        ``sasrec.item_ids[i]``). ``future``: the share of each item distribution moved evenly
+        onto the target and the window's next ``horizon`` − 1 items (0: SASRec's alone)."""
         super().__init__(item_tokens, bos_token_id)
         if len(item_tokens) != sasrec.n_items:
             raise ValueError(
@@ -90,6 +96,8 @@ class SasrecTeacher(_WindowItems):
         self.sasrec = sasrec
         self.weight = weight
         self.temperature = temperature
+        self.future = future
+        self.horizon = horizon
         self.item_of = {tuple(t): i for i, t in enumerate(item_tokens.tolist())}
         self.max_len: int = sasrec.config.max_len
         self.levels = [_Level.of(item_tokens, level) for level in range(item_tokens.shape[1])]
@@ -111,12 +119,13 @@ class SasrecTeacher(_WindowItems):
 
     def _places(
         self, inputs: dict[str, Any]
-    ) -> tuple[list[tuple[int, int]], list[list[int]], list[int]]:
+    ) -> tuple[list[tuple[int, int]], list[list[int]], list[int], list[list[int]]]:
         """(row, first SID column) of every window item that has history and is a target,
-        its history (item indices, oldest first) and the item itself."""
+        its history (item indices, oldest first), the item itself, and the item with the
+        window's next ``horizon`` − 1 items (fewer at the window's end)."""
         ids, labels = inputs["input_ids"].cpu(), inputs["labels"].cpu()  # read token by token
         length = self.item_tokens.shape[1]
-        places, histories, targets = [], [], []
+        places, histories, targets, nexts = [], [], [], []
         for row, _, end, starts in self.windows(inputs):
             items = [
                 self.item_of.get(tuple(ids[row, s : s + length].tolist()), -1)
@@ -133,13 +142,14 @@ class SasrecTeacher(_WindowItems):
                 places.append((row, s))
                 histories.append(items[:j])
                 targets.append(items[j])
-        return places, histories, targets
+                nexts.append(items[j : min(j + self.horizon, known)])
+        return places, histories, targets, nexts
 
     @torch.no_grad()
     def targets(self, inputs: dict[str, Any]) -> list[TeacherTargets]:
         """The teacher's targets for every SID token of the batch's window items, one entry per
         SID level (empty: no window item with history)."""
-        places, histories, targets = self._places(inputs)
+        places, histories, targets, nexts = self._places(inputs)
         if not places:
             return []
         device = inputs["input_ids"].device
@@ -152,6 +162,11 @@ class SasrecTeacher(_WindowItems):
         scores = torch.cat([scores, torch.zeros(len(places), 1)], 1)
         scores = scores.scatter(1, seen, float("-inf"))[:, :-1]
         probs = (scores / self.temperature).softmax(-1)
+        if self.future > 0:  # part of the mass onto the burst the target sits in
+            burst = torch.zeros_like(probs)
+            for p, items in enumerate(nexts):
+                burst[p, items] = 1.0 / len(items)
+            probs = (1 - self.future) * probs + self.future * burst
         probs = torch.cat([probs, torch.zeros(len(places), 1)], 1)  # the members' padding
         target = torch.tensor(targets)
         place_rows = torch.tensor([r for r, _ in places])

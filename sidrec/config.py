@@ -351,6 +351,12 @@ class SftConfig(_Section):
     (models/distill.py). 0: off, and SFT does not read SASRec."""
     distill_temperature: float = Field(0.5, gt=0)
     """Softmax temperature of the teacher's item scores (> 1: flatter targets)."""
+    distill_future: float = Field(0.0, ge=0, le=1)
+    """Share of the teacher's item distribution at each window item moved, evenly, onto that
+    item and the user's next ``distill_horizon`` − 1 items of the window (the rating burst it
+    sits in; ``python -m bench.bursts``). 0: SASRec's distribution alone."""
+    distill_horizon: int = Field(5, ge=1)
+    """Window items, from the target on, that ``distill_future`` spreads over."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     ema_decay: float | None = Field(0.995, gt=0, lt=1)
     """An exponential moving average of the weights, updated after every optimizer step with

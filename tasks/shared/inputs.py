@@ -139,4 +139,6 @@ def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids
         bos_token_id=tokenizer.bos_token_id,
         weight=cfg.distill,
         temperature=cfg.distill_temperature,
+        future=cfg.distill_future,
+        horizon=cfg.distill_horizon,
     )

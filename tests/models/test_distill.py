@@ -67,6 +67,29 @@ def test_targets_are_sasrecs_item_mass_per_code_given_the_true_prefix():
     assert got[(0, 4)][[10, 11]].sum() == pytest.approx(1.0)
 
 
+def test_a_future_share_moves_mass_onto_the_target_and_the_windows_next_items():
+    sasrec = _sasrec()
+    plain = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0)
+    teacher = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0, future=0.4, horizon=2)
+    batch = _window([0, 2, 1, 3])
+    first = {
+        int(c): p
+        for c, p in zip(
+            teacher.targets(batch)[0].columns, teacher.targets(batch)[0].probs, strict=True
+        )
+    }
+    p = _item_probs(sasrec, [0])  # item 2's place: its burst is items 2 and 1
+    mixed = 0.6 * p + 0.4 * torch.tensor([0.0, 0.5, 0.5, 0.0])
+    torch.testing.assert_close(first[4], torch.stack([mixed[0] + mixed[1], mixed[2] + mixed[3]]))
+    q = _item_probs(sasrec, [0, 2, 1])  # item 3's place: the window ends, item 3 alone
+    mixed = 0.6 * q + 0.4 * torch.tensor([0.0, 0.0, 0.0, 1.0])
+    torch.testing.assert_close(first[12], torch.stack([mixed[0] + mixed[1], mixed[2] + mixed[3]]))
+    # the same places as without the share; the deeper levels keep the true prefix
+    for a, b in zip(teacher.targets(batch), plain.targets(batch), strict=True):
+        assert torch.equal(a.columns, b.columns)
+        torch.testing.assert_close(a.probs.sum(-1), torch.ones(len(a.probs)))
+
+
 def test_items_that_are_not_targets_and_windows_without_history_get_no_targets():
     teacher = SasrecTeacher(_sasrec(), CATALOG, bos_token_id=BOS, weight=1.0)
     assert teacher.targets(_window([3])) == []
