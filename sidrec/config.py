@@ -381,6 +381,15 @@ class SftConfig(_Section):
     ``sids.incremental: true`` so existing items keep the SIDs the champion learned);
     none, or no champion registered yet: a fresh model from ``model``."""
 
+    @model_validator(mode="after")
+    def _future_needs_the_teacher(self) -> SftConfig:
+        if self.distill_future > 0 and self.distill == 0:
+            raise ValueError(
+                f"distill_future={self.distill_future} moves part of the SASRec teacher's mass, "
+                "but distill is 0 (no teacher); set distill > 0 or distill_future 0"
+            )
+        return self
+
 
 class GrpoRewardWeights(_Section):
     """Weights of the reward functions (``models/rewards.py``); 0 switches one off."""

@@ -67,6 +67,12 @@ def test_bad_values_are_reported_with_their_key(project, override, expected):
     assert expected in str(err.value)
 
 
+def test_a_teacher_share_without_the_teacher_is_refused(project):
+    with pytest.raises(ConfigError, match=r"sft: .*distill_future=0.3 .* but distill is 0"):
+        load_settings("params.yaml", ["sft.distill=0", "sft.distill_future=0.3"])
+    load_settings("params.yaml", ["sft.distill=0"])  # no share: fine
+
+
 def test_malformed_override_and_files(project, tmp_path):
     with pytest.raises(ConfigError, match="section.key=value"):
         load_settings("params.yaml", ["max_history"])
