@@ -93,6 +93,11 @@ def seen_items(
     return out
 
 
+def in_user_order(split: pd.DataFrame) -> pd.DataFrame:
+    """The split's rows by user, then timestamp, ties in file order (its index kept)."""
+    return split.assign(_row=np.arange(len(split))).sort_values(["user_id", "timestamp", "_row"])
+
+
 def items_before(split: pd.DataFrame, rows: pd.DataFrame) -> list[list[str]]:
     """For each row of ``rows`` (rows of ``split``, with ``split``'s index): every item its user
     had before the row's target within ``split``, i.e. the row's own history and the history
@@ -103,7 +108,7 @@ def items_before(split: pd.DataFrame, rows: pd.DataFrame) -> list[list[str]]:
     past; a train row's later targets are its future, so they are not in its list here.
     """
     wanted = set(rows.index)
-    ordered = split.assign(_row=np.arange(len(split))).sort_values(["user_id", "timestamp", "_row"])
+    ordered = in_user_order(split)
     before: dict[object, list[str]] = {}
     seen: set[str] = set()
     user: object = None
@@ -125,7 +130,7 @@ def items_after(split: pd.DataFrame, rows: pd.DataFrame, count: int) -> list[lis
     ties in file order, as :func:`items_before`). Fewer where the user's rows run out."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
-    ordered = split.assign(_row=np.arange(len(split))).sort_values(["user_id", "timestamp", "_row"])
+    ordered = in_user_order(split)
     targets = [str(t) for t in ordered["target"]]
     users = ordered["user_id"].to_numpy()
     position = {index: p for p, index in enumerate(ordered.index)}

@@ -127,11 +127,6 @@ def training_rows(
         seen = encode_histories(items_before(train, rows), index, "train histories")
         for row, items in zip(out, seen, strict=True):
             row["exclude_index"] = items
-    horizon = settings.grpo.horizon
-    if horizon > 1:  # the rewards count these as right (models/rewards.py: hits)
-        positives = encode_histories(items_after(train, rows, horizon), index, "train targets")
-        for row, items in zip(out, positives, strict=True):
-            row["positive_index"] = items
     if settings.grpo.frontier_prompts:
         out += frontier_rows(
             builder, train, index, settings.split.max_history, settings.evaluate.exclude_seen
@@ -148,10 +143,14 @@ def training_rows(
         out += title_rows(
             builder, index, count, settings.project.seed, settings.evaluate.exclude_seen
         )
-    if horizon > 1:  # frontier and title prompts: their own target alone, as with horizon 1
-        for row in out:
+    horizon = settings.grpo.horizon
+    if horizon > 1:  # what the rewards count as right (models/rewards.py: hits)
+        after = encode_histories(items_after(train, rows, horizon), index, "train targets")
+        for n, row in enumerate(out):  # frontier and title prompts: their own target alone
             target = row["target_index"]
-            row.setdefault("positive_index", [target] if target != NO_TARGET else [])
+            row["positive_index"] = (
+                after[n] if n < len(after) else [target] if target != NO_TARGET else []
+            )
     return out
 
 
