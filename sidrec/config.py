@@ -306,6 +306,10 @@ class SftConfig(_Section):
         "title2sid",
     ]
     """seq_rec (SID history → next SID) is the main task; the others align SIDs with item text."""
+    item_text: str = "{title}"
+    """``str.format`` template over item fields for the text the alignment tasks pair with each
+    item's SID (and GRPO's title prompts), e.g. ``"{title} ({year}): {genres}"``; the tiny
+    model's tokenizer is trained on these texts."""
     max_rows_per_user: int | None = Field(None, ge=1)
     """rows objective and title_history: keep each user's most recent training rows
     (null = all)."""

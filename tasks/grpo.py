@@ -52,6 +52,7 @@ from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.embeddings import load_embeddings
 from tasks.shared.inputs import (
+    item_texts,
     load_catalog_and_map,
     load_recommender,
     read_split,
@@ -256,11 +257,10 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     hint = "run `sidrec sft` first"
     recommender = load_recommender(settings, paths.sft_model, sid_map, item_ids, missing_hint=hint)
     model, tokenizer, trie = recommender.model, recommender.tokenizer, recommender.trie
-    titles = dict(zip(item_ids, items["title"].astype(str), strict=True))
     builder = PromptBuilder(
         tokenizer=tokenizer,
         sid_map=sid_map,
-        titles=titles,
+        titles=item_texts(settings, items),  # title prompts read the texts SFT aligned
         max_length=settings.model.max_length,
         fmt=recommender.prompts.format,  # as the SFT model was trained
     )
@@ -323,7 +323,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         every=cfg.log_samples_every,
         groups=cfg.sample_rows,
         num_generations=cfg.num_generations,
-        titles=[titles[i] for i in item_ids],
+        titles=items["title"].astype(str).tolist(),  # readable samples: the titles alone
         sink=on_samples,
     )
     trainer = SidGRPOTrainer(

@@ -57,6 +57,7 @@ from sidrec.registry import champion_label, champion_start
 from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.inputs import (
+    item_texts,
     load_catalog_and_map,
     read_split,
     recent_rows,
@@ -92,7 +93,7 @@ def build_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     cfg = settings.model
     if cfg.preset == "tiny":
-        titles = items["title"].astype(str).tolist()
+        titles = list(item_texts(settings, items).values())
         corpus = (
             titles
             + [
@@ -222,11 +223,10 @@ def sft(settings: Settings) -> StageResult:
     set_prompt_format(model, prompt_format_of(settings))  # saved with the model
     if hooked := add_residual_dropout(model, cfg.dropout):
         log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
-    titles = dict(zip(items["item_id"], items["title"].astype(str), strict=True))
     builder = PromptBuilder(
         tokenizer=tokenizer,
         sid_map=sid_map,
-        titles=titles,
+        titles=item_texts(settings, items),
         max_length=settings.model.max_length,
         fmt=prompt_format_of(settings),
     )

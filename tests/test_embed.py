@@ -7,17 +7,19 @@ import pandas as pd
 import pytest
 
 from sidrec.errors import ConfigError
-from tasks.embed import embed, render_texts
+from tasks.embed import embed
+from tasks.shared.texts import render_texts
 
 
 def test_render_texts_template_and_default():
     items = pd.DataFrame({"item_id": ["1"], "title": ["Heat"], "year": ["1995"], "genres": [None]})
-    assert render_texts(items, "{title} ({year})") == ["Heat (1995)"]
-    assert render_texts(items, None) == ["title: Heat\nyear: 1995"]
+    assert render_texts(items, "{title} ({year})", "embed.template") == ["Heat (1995)"]
+    assert render_texts(items, None, "embed.template") == ["title: Heat\nyear: 1995"]
     with pytest.raises(
-        ConfigError, match=r"field\(s\) \['brand'\].*available: \['title', 'year', 'genres'\]"
+        ConfigError,
+        match=r"embed.template uses field\(s\) \['brand'\].*available: \['title', 'year', 'genres'\]",
     ):
-        render_texts(items, "{title} by {brand}")
+        render_texts(items, "{title} by {brand}", "embed.template")
 
 
 def test_embed_writes_normalized_aligned_matrix_and_reuses_cache(

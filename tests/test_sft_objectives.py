@@ -13,6 +13,7 @@ from models.prompts import prompt_format
 from sidrec.errors import ConfigError
 from tasks.sft import build_datasets, check_window
 from tasks.shared.inputs import (
+    item_texts,
     load_catalog_and_map,
     load_recommender,
     sequence_windows,
@@ -80,6 +81,37 @@ def test_sft_trains_without_the_held_out_rows(make_settings, project):
     )
     examples, _ = build_datasets(rows, _Recorder(), train, valid)
     assert [e[2] for e in examples] == ["a1", "a2", "a3"]
+
+
+def test_the_alignment_pairs_carry_the_item_text(make_settings, project):
+    """GRPO's title prompts read the same builder texts (tasks/grpo.py, ``title_rows``)."""
+    from types import SimpleNamespace
+
+    from models.prompts import PromptBuilder, sid2title_prompt, title2sid_prompt
+
+    items = pd.DataFrame(
+        {"item_id": ["1", "2"], "title": ["Heat", "Fargo"], "year": ["1995", None]}
+        | {"genres": ["Action, Crime", "Crime"]}
+    )
+    default = make_settings(project)
+    assert item_texts(default, items) == {"1": "Heat", "2": "Fargo"}  # the title alone
+    settings = make_settings(project, sft={"item_text": "{title} ({year}): {genres}"})
+    texts = item_texts(settings, items)
+    assert texts == {"1": "Heat (1995): Action, Crime", "2": "Fargo (): Crime"}
+    sid_map = {"1": [0, 1], "2": [1, 0]}
+    tokenizer = SimpleNamespace(bos_token="<s>", eos_token="</s>")
+    builder = PromptBuilder(tokenizer=tokenizer, sid_map=sid_map, titles=texts, max_length=64)
+    assert builder.alignment_examples("sid2title") == [
+        (sid2title_prompt([0, 1]), " Heat (1995): Action, Crime"),
+        (sid2title_prompt([1, 0]), " Fargo (): Crime"),
+    ]
+    assert [e.prompt for e in builder.alignment_examples("title2sid")] == [
+        title2sid_prompt("Heat (1995): Action, Crime"),
+        title2sid_prompt("Fargo (): Crime"),
+    ]
+    bad = make_settings(project, sft={"item_text": "{title} by {director}"})
+    with pytest.raises(ConfigError, match=r"sft.item_text uses field\(s\) \['director'\]"):
+        item_texts(bad, items)
 
 
 def test_a_window_longer_than_the_context_is_a_config_error(make_settings, project):

@@ -1,5 +1,5 @@
-"""Stage inputs several stages read the same way: the catalog with its SID map, each user's
-recent rows, the shared recommender around a trained model folder, and SASRec as SFT's teacher
+"""Stage inputs several stages read the same way: the catalog with its SID map, item texts from a
+template, each user's recent rows, the shared recommender around a trained model folder, and SASRec as SFT's teacher
 (``sft.distill``, also replayed by GRPO's ``grpo.sft_anchor``)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from sidrec.config import Settings
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import read_table
 from sidrec.schemas import ITEMS, SPLIT
+from tasks.shared.texts import render_texts
 
 
 def load_catalog_and_map(settings: Settings) -> tuple[pd.DataFrame, SidMap]:
@@ -33,6 +34,13 @@ def load_catalog_and_map(settings: Settings) -> tuple[pd.DataFrame, SidMap]:
             values=missing[:5],
         )
     return items, sid_map
+
+
+def item_texts(settings: Settings, items: pd.DataFrame) -> dict[str, str]:
+    """item id → the text the SFT model learns for it (``sft.item_text``): the alignment pairs,
+    the tiny tokenizer's corpus and GRPO's title prompts all read it."""
+    texts = render_texts(items, settings.sft.item_text, "sft.item_text")
+    return dict(zip(items["item_id"], texts, strict=True))
 
 
 def read_split(settings: Settings, name: str) -> pd.DataFrame:
