@@ -1,6 +1,6 @@
-"""Stage inputs several stages read the same way: the catalog with its SID map, item texts from a
-template, each user's recent rows, the shared recommender around a trained model folder, and SASRec as SFT's teacher
-(``sft.distill``, also replayed by GRPO's ``grpo.sft_anchor``)."""
+"""Stage inputs several stages read the same way: the catalog with its SID map, the item texts
+SFT teaches, each user's recent rows, the shared recommender around a trained model folder, and
+SASRec as SFT's teacher (``sft.distill``, also replayed by GRPO's ``grpo.sft_anchor``)."""
 
 from __future__ import annotations
 
