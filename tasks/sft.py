@@ -89,16 +89,17 @@ def sid_shape(sid_map: SidMap, codebook_size: int) -> tuple[int, int]:
 
 
 def build_model_and_tokenizer(
-    settings: Settings, items: pd.DataFrame, levels: int, k: int
+    settings: Settings, texts: list[str], levels: int, k: int
 ) -> tuple[Any, Any]:
+    """A fresh model: the tiny preset with its tokenizer trained on the item ``texts`` and the
+    prompt templates, or a pretrained one; both with the SID tokens added."""
     cfg = settings.model
     if cfg.preset == "tiny":
-        titles = list(item_texts(settings, items).values())
         corpus = (
-            titles
+            texts
             + [
                 seq_rec_prompt([]),
-                title_history_prompt(titles[:3]),
+                title_history_prompt(texts[:3]),
                 sid2title_prompt([]),
                 title2sid_prompt(""),
             ]
@@ -208,6 +209,7 @@ def sft(settings: Settings) -> StageResult:
     train, valid = read_split(settings, "train"), read_split(settings, "valid")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
     check_window(settings, levels)
+    texts = item_texts(settings, items)  # a bad sft.item_text stops the stage before training
     warm = None
     if cfg.warm_start == "champion":
         with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as download:
@@ -219,14 +221,14 @@ def sft(settings: Settings) -> StageResult:
             model.resize_token_embeddings(len(tokenizer))
         model.train()
     else:
-        model, tokenizer = build_model_and_tokenizer(settings, items, levels, k)
+        model, tokenizer = build_model_and_tokenizer(settings, list(texts.values()), levels, k)
     set_prompt_format(model, prompt_format_of(settings))  # saved with the model
     if hooked := add_residual_dropout(model, cfg.dropout):
         log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
     builder = PromptBuilder(
         tokenizer=tokenizer,
         sid_map=sid_map,
-        titles=item_texts(settings, items),
+        titles=texts,
         max_length=settings.model.max_length,
         fmt=prompt_format_of(settings),
     )
