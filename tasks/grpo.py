@@ -24,7 +24,7 @@ import pandas as pd
 from prefect import task
 
 from models.baselines import catalog_index, encode_histories, encode_targets
-from models.baselines.sasrec import load_baseline
+from models.baselines.sasrec import SASRec
 from models.constrained import sid_regex
 from models.grpo_callbacks import SampleSink
 from models.lm import replace_dir
@@ -57,6 +57,7 @@ from tasks.shared.inputs import (
     load_recommender,
     read_split,
     recent_rows,
+    sasrec_loader,
     sasrec_teacher,
     sft_windows,
 )
@@ -207,16 +208,17 @@ def title_rows(
 
 
 def reward_functions(
-    settings: Settings, item_ids: list[str]
+    settings: Settings, item_ids: list[str], sasrec: Callable[[], SASRec] | None = None
 ) -> tuple[list[NonFiniteGuard], list[float]]:
     """The rewards with a weight > 0 (each NaN-guarded; the dense ones ranked within their group
-    under ``grpo.reward_form: rank``) and their weights."""
+    under ``grpo.reward_form: rank``) and their weights; the collaborative one scores with
+    ``sasrec`` (a shared :func:`~tasks.shared.inputs.sasrec_loader`) when given."""
     weights = settings.grpo.rewards
     g = settings.grpo.num_generations
     builders: dict[str, Callable[[], RewardFunc]] = {
         "rule": lambda: rule_reward,
         "ranking": lambda: partial(ranking_reward, num_generations=g),
-        "collaborative": lambda: _collaborative(settings, item_ids),
+        "collaborative": lambda: _collaborative(sasrec or sasrec_loader(settings, item_ids)),
         "semantic": lambda: SemanticReward(embeddings=load_embeddings(settings, item_ids)),
     }
     funcs, used = [], []
@@ -231,9 +233,9 @@ def reward_functions(
     return funcs, used
 
 
-def _collaborative(settings: Settings, item_ids: list[str]) -> CollaborativeReward:
+def _collaborative(sasrec: Callable[[], SASRec]) -> CollaborativeReward:
     """The reward from the SASRec model the ``baselines`` stage trained (read, not retrained)."""
-    model = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    model = sasrec()
     return CollaborativeReward(model=model, max_len=model.config.max_len)
 
 
@@ -267,7 +269,8 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     index = catalog_index(item_ids)
     rows = training_rows(settings, builder, train, index)
     validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
-    rewards, weights = reward_functions(settings, item_ids)
+    sasrec = sasrec_loader(settings, item_ids)  # one copy for the reward and the anchor's teacher
+    rewards, weights = reward_functions(settings, item_ids, sasrec)
     check_enough(len(rows), cfg.prompts_per_step, "training prompts")  # one step's prompts
     prompts_per_process = per_process(cfg.prompts_per_step, "grpo.prompts_per_step")
 
@@ -336,7 +339,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         peft_config=lora_config(settings),
         callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
         on_rewards=samples,
-        anchor=sft_anchor(settings, builder, tokenizer, train, sid_map, item_ids),
+        anchor=sft_anchor(settings, builder, tokenizer, train, sid_map, item_ids, sasrec),
     )
     started = time.perf_counter()
     # TRL's MLflow callback, the validation metrics and the sample tables log into this run
@@ -366,6 +369,7 @@ def sft_anchor(
     train: pd.DataFrame,
     sid_map: SidMap,
     item_ids: list[str],
+    sasrec: Callable[[], SASRec] | None = None,
 ) -> SftAnchor | None:
     """SFT's own sequence windows (the train split less ``sft.holdout_recent`` rows per user) as
     GRPO's anchor (``grpo.sft_anchor``; None when off), scored with SFT's loss: its SASRec
@@ -380,7 +384,7 @@ def sft_anchor(
         weight=cfg.sft_anchor,
         per_step=cfg.anchor_windows,
         seed=settings.project.seed + process_rank(),
-        teacher=sasrec_teacher(settings, tokenizer, sid_map, item_ids),
+        teacher=sasrec_teacher(settings, tokenizer, sid_map, item_ids, sasrec),
     )
 
 

@@ -253,16 +253,18 @@ def test_grpo_prompt_settings_that_leave_a_group_unscorable_or_no_prompts_are_co
 
 
 def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objective(
-    grpo_settings, synthetic_project
+    grpo_settings, synthetic_project, monkeypatch
 ):
+    from models.baselines import sasrec as sasrec_module
     from models.lm import add_sid_tokens, train_tokenizer
     from models.prompts import PromptBuilder
     from models.sid import sid_tokens
-    from tasks.grpo import check_grpo_config, sft_anchor
+    from tasks.grpo import check_grpo_config, reward_functions, sft_anchor
     from tasks.sft import sid_shape
     from tasks.shared.inputs import (
         load_catalog_and_map,
         read_split,
+        sasrec_loader,
         sequence_windows,
         without_recent_rows,
     )
@@ -293,6 +295,20 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
         settings.sft.distill_temperature,
     )
     assert anchor.teacher.targets(anchor.batch())  # the windows' items, found in its batches
+    # the GRPO stage reads SASRec once for the collaborative reward and the anchor's teacher
+    reads = []
+    read = sasrec_module.load_sasrec
+    monkeypatch.setattr(
+        sasrec_module, "load_sasrec", lambda *a, **k: reads.append(a) or read(*a, **k)
+    )
+    shared = sasrec_loader(settings, catalog)
+    rewards, _ = reward_functions(settings, catalog, shared)
+    collaborative = {reward.__name__: reward for reward in rewards}["collaborative"]
+    assert settings.grpo.reward_form == "rank"  # NaN guard → group rank → SASRec's reward
+    shared_anchor = sft_anchor(settings, builder, tokenizer, train, sid_map, catalog, shared)
+    assert shared_anchor is not None and shared_anchor.teacher is not None
+    assert collaborative.func.func.model is shared_anchor.teacher.sasrec is shared()
+    assert len(reads) == 1
     untaught = synthetic_project.settings(
         settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5}, sft={"distill": 0.0}
     )

@@ -4,6 +4,8 @@ SASRec as SFT's teacher (``sft.distill``, also replayed by GRPO's ``grpo.sft_anc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +129,28 @@ def sid_token_matrix(tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> An
     return torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in item_ids])
 
 
-def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> Any:
-    """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off)."""
+def sasrec_loader(settings: Settings, item_ids: list[str]) -> Callable[[], Any]:
+    """The ``baselines`` stage's SASRec, read from disk on the first call only: a stage that uses
+    it twice (GRPO's collaborative reward and its anchor's teacher) shares one copy."""
+
+    @cache
+    def load() -> Any:
+        from models.baselines.sasrec import load_baseline
+
+        return load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+
+    return load
+
+
+def sasrec_teacher(
+    settings: Settings,
+    tokenizer: Any,
+    sid_map: SidMap,
+    item_ids: list[str],
+    sasrec: Callable[[], Any] | None = None,
+) -> Any:
+    """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off),
+    from ``sasrec`` (a :func:`sasrec_loader`) when the caller shares one."""
     cfg = settings.sft
     if cfg.distill == 0:
         return None
@@ -137,13 +159,12 @@ def sasrec_teacher(settings: Settings, tokenizer: Any, sid_map: SidMap, item_ids
             f"sft.distill={cfg.distill} needs sft.objective=sequence (the teacher scores the "
             f"items of sequence windows; got {cfg.objective!r}); set sft.distill=0"
         )
-    from models.baselines.sasrec import load_baseline
     from models.distill import SasrecTeacher
 
-    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    model = (sasrec or sasrec_loader(settings, item_ids))()
     return SasrecTeacher(
-        sasrec,
-        sid_token_matrix(tokenizer, sid_map, sasrec.item_ids),
+        model,
+        sid_token_matrix(tokenizer, sid_map, model.item_ids),
         bos_token_id=tokenizer.bos_token_id,
         weight=cfg.distill,
         temperature=cfg.distill_temperature,
