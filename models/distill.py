@@ -123,21 +123,21 @@ class SasrecTeacher(_WindowItems):
         """(row, first SID column) of every window item that has history and is a target,
         its history (item indices, oldest first), the item itself, and the item with the
         window's next ``horizon`` − 1 items (fewer at the window's end)."""
-        ids, labels = inputs["input_ids"].cpu(), inputs["labels"].cpu()  # read token by token
+        # read token by token: as Python lists, one conversion per row (not per item)
+        ids, labels = inputs["input_ids"].tolist(), inputs["labels"].tolist()
         length = self.item_tokens.shape[1]
         places, histories, targets, nexts = [], [], [], []
         for row, _, end, starts in self.windows(inputs):
+            row_ids = ids[row]
             items = [
-                self.item_of.get(tuple(ids[row, s : s + length].tolist()), -1)
-                if s + length <= end
-                else -1
+                self.item_of.get(tuple(row_ids[s : s + length]), -1) if s + length <= end else -1
                 for s in starts
             ]
             # an item that is not in the catalog (or cut off) leaves no history after it
             known = next((j for j, item in enumerate(items) if item < 0), len(items))
             for j in range(1, known):
                 s = starts[j]
-                if labels[row, s] == -100:
+                if labels[row][s] == -100:
                     continue
                 places.append((row, s))
                 histories.append(items[:j])
@@ -156,9 +156,8 @@ class SasrecTeacher(_WindowItems):
         scores = self.sasrec.scores(self._states(histories)).float().cpu()
         # seen items (the window's earlier items) are never recommended: an extra column takes
         # the padding of the histories
-        seen = torch.full((len(places), max(map(len, histories))), scores.shape[1])
-        for p, history in enumerate(histories):
-            seen[p, : len(history)] = torch.tensor(history)
+        width, pad = max(map(len, histories)), scores.shape[1]
+        seen = torch.tensor([history + [pad] * (width - len(history)) for history in histories])
         scores = torch.cat([scores, torch.zeros(len(places), 1)], 1)
         scores = scores.scatter(1, seen, float("-inf"))[:, :-1]
         probs = (scores / self.temperature).softmax(-1)
