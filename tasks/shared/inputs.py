@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -19,6 +19,9 @@ from sidrec.errors import ConfigError, InputError
 from sidrec.io import read_table
 from sidrec.schemas import ITEMS, SPLIT
 from tasks.shared.texts import render_texts
+
+if TYPE_CHECKING:
+    from models.baselines.sasrec import SASRec
 
 
 def load_catalog_and_map(settings: Settings) -> tuple[pd.DataFrame, SidMap]:
@@ -129,12 +132,12 @@ def sid_token_matrix(tokenizer: Any, sid_map: SidMap, item_ids: list[str]) -> An
     return torch.tensor([tokenizer.convert_tokens_to_ids(sid_tokens(sid_map[i])) for i in item_ids])
 
 
-def sasrec_loader(settings: Settings, item_ids: list[str]) -> Callable[[], Any]:
+def sasrec_loader(settings: Settings, item_ids: list[str]) -> Callable[[], SASRec]:
     """The ``baselines`` stage's SASRec, read from disk on the first call only: a stage that uses
     it twice (GRPO's collaborative reward and its anchor's teacher) shares one copy."""
 
     @cache
-    def load() -> Any:
+    def load() -> SASRec:
         from models.baselines.sasrec import load_baseline
 
         return load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
@@ -147,7 +150,7 @@ def sasrec_teacher(
     tokenizer: Any,
     sid_map: SidMap,
     item_ids: list[str],
-    sasrec: Callable[[], Any] | None = None,
+    sasrec: Callable[[], SASRec] | None = None,
 ) -> Any:
     """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off),
     from ``sasrec`` (a :func:`sasrec_loader`) when the caller shares one."""
