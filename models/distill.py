@@ -191,7 +191,7 @@ class SasrecTeacher(_WindowItems):
     def loss(
         self,
         targets: list[TeacherTargets],
-        logits: torch.Tensor,
+        logits: torch.Tensor | None,
         *,
         states: torch.Tensor | None = None,
         head: torch.Tensor | None = None,
@@ -202,16 +202,20 @@ class SasrecTeacher(_WindowItems):
         With ``states`` (the final hidden states the logits were computed from) and ``head``
         (the output layer's weight; no bias) the same logits are recomputed from the level's
         rows of the weight only: the full logits then get no second gradient, which on a CPU
-        costs more than the rest of the teacher."""
-        total, places = logits.new_zeros((), dtype=torch.float32), 0
+        costs more than the rest of the teacher; ``logits`` may then be None (never computed)."""
+        scored = states if states is not None and head is not None else logits
+        if scored is None:
+            raise ValueError("the teacher's loss needs the logits, or the states and the head")
+        total, places = scored.new_zeros((), dtype=torch.float32), 0
         for t in targets:
-            flat = t.rows * logits.shape[1] + t.columns
+            flat = t.rows * scored.shape[1] + t.columns
             if states is not None and head is not None:
                 # in the weight's dtype, whatever mixed precision made of the states
                 picked = (
                     states.flatten(0, 1).index_select(0, flat).to(head.dtype) @ head[t.tokens].T
                 )
             else:
+                assert logits is not None
                 picked = logits.flatten(0, 1).index_select(0, flat).index_select(1, t.tokens)
             total = total - (t.probs * F.log_softmax(picked.float(), dim=-1)).sum()
             places += len(t.rows)

@@ -16,8 +16,11 @@ that never materializes the logits: on a GPU with a large vocabulary that saves 
 CPU the tiled projection and its hand-written backward cost more than they save: a step of the
 tiny model (64 windows x 201 tokens) takes ~1.6x as long as with the model's own
 cross-entropy (measured on 2 cores). :class:`SidSFTTrainer` keeps everything of TRL's trainer
-(datasets, completion-only labels, logging, callbacks) and, on a CPU, computes the loss as
-``transformers.Trainer`` does; TRL's entropy and token-accuracy logs are then not computed.
+(datasets, completion-only labels, logging, callbacks) and, on a CPU, computes the loss the
+model would, through :func:`models.head_loss.head_cross_entropy` while training (the same loss
+with fewer passes over the logits; the model's own loss where that cannot stand in: evaluation,
+label smoothing, LoRA, several processes); TRL's entropy and token-accuracy logs are then not
+computed.
 
 Packing is how short and long examples share a step without padding: length-grouped batches
 (tried first) gave the alignment pairs whole optimizer steps of their own, and the valid-selection
@@ -33,11 +36,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import Trainer
 from trl import SFTConfig, SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+from models.head_loss import head_cross_entropy
 from models.shards import ShardRecord
+
+PLAIN_HEAD_MODELS = frozenset({"qwen2", "llama"})
+"""Model types whose logits are their output layer's output (the presets' tiny Qwen2 and
+SmolLM2), which :func:`models.head_loss.head_cross_entropy` may compute."""
 
 
 class RowPackedCollator(DataCollatorForLanguageModeling):
@@ -240,29 +249,67 @@ class SidSFTTrainer(SFTTrainer):
                 mask = inputs["input_ids"] != self._pad_token_id
             self._total_train_tokens += int(mask.sum())
             self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
-        if not distill:
+        head = None if return_outputs else self._plain_head(model)
+        if head is None and not distill:
             return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
         batch = dict(inputs)  # the trainer may pop the labels, which the teacher reads
-        # a plain output layer: its input states are kept, so the teacher's loss needs only the
-        # SID rows of its weight (peft's wrapped layer under LoRA: the logits instead)
-        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        outputs: Any = None
         states: list[torch.Tensor] = []
-        hook = None
-        if isinstance(head, torch.nn.Linear) and head.bias is None:
-            hook = head.register_forward_hook(lambda _m, args, _out: states.append(args[0]))
-        try:
-            loss, outputs = Trainer.compute_loss(self, model, inputs, True, num_items_in_batch)
-        finally:
-            if hook is not None:
-                hook.remove()
-        targets = self.teacher.targets(batch)
+        if head is not None:  # the loss through the output layer in one step (models/head_loss)
+            loss, hidden = self._head_loss(model, head, inputs, num_items_in_batch)
+            states.append(hidden)
+        else:
+            # a plain output layer: its input states are kept, so the teacher's loss needs only
+            # the SID rows of its weight (peft's wrapped layer under LoRA: the logits instead)
+            head = self.accelerator.unwrap_model(model).get_output_embeddings()
+            hook = None
+            if isinstance(head, torch.nn.Linear) and head.bias is None:
+                hook = head.register_forward_hook(lambda _m, args, _out: states.append(args[0]))
+            try:
+                loss, outputs = Trainer.compute_loss(self, model, inputs, True, num_items_in_batch)
+            finally:
+                if hook is not None:
+                    hook.remove()
+        targets = self.teacher.targets(batch) if distill else []
         if targets:
             soft = self.teacher.loss(
                 targets,
-                outputs.logits,
+                None if states else outputs.logits,
                 states=states[0] if states else None,
                 head=head.weight if states else None,
             )
             self._metrics["train"].setdefault("distill_loss", []).append(float(soft.detach()))
             loss = loss + self.teacher.weight * soft
         return (loss, outputs) if return_outputs else loss
+
+    def _plain_head(self, model: Any) -> torch.nn.Linear | None:
+        """The output layer when :func:`models.head_loss.head_cross_entropy` can stand in for
+        the model's loss: training on a CPU in one process (the model not wrapped for DDP), a
+        model whose logits are its output layer's (no scaling or capping), a layer without bias
+        (not peft's wrapper), no label smoothing or custom loss."""
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        plain = (
+            model.training
+            and self.args.device.type == "cpu"
+            and self.accelerator.num_processes == 1
+            and self.label_smoother is None
+            and getattr(self, "compute_loss_func", None) is None
+            and getattr(model.config, "model_type", None) in PLAIN_HEAD_MODELS
+            and isinstance(head, torch.nn.Linear)
+            and head.bias is None
+        )
+        return head if plain else None
+
+    def _head_loss(
+        self, model: Any, head: torch.nn.Linear, inputs: dict[str, Any], num_items_in_batch: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The causal LM loss as the model computes it (summed over the labelled tokens, divided
+        by ``num_items_in_batch`` or their count), and the output layer's input states."""
+        labels = inputs["labels"]
+        kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "num_items_in_batch")}
+        states = model.base_model(**kwargs).last_hidden_state
+        shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]  # position i predicts token i + 1
+        total = head_cross_entropy(states, head.weight, shifted)
+        if num_items_in_batch is not None and getattr(self, "model_accepts_loss_kwargs", False):
+            return total / num_items_in_batch, states
+        return total / (shifted != -100).sum().clamp(min=1), states

@@ -121,6 +121,66 @@ def test_the_loss_on_packed_rows_is_the_label_smoothed_cross_entropy_of_the_comp
     torch.testing.assert_close(loss, (1 - smoothing) * nll + smoothing * uniform)
 
 
+def test_training_on_a_cpu_computes_the_models_loss_through_the_output_layer_in_one_step(
+    tiny_model, tmp_path, monkeypatch
+):
+    """models/head_loss stands in for the model's own loss while training: the same value and
+    the same gradients; evaluation, label smoothing and outputs keep the model's path."""
+    from datasets import Dataset
+    from transformers import Trainer
+
+    from models import sft_trainer
+
+    model, tokenizer = load_model_dir(tiny_model(tmp_path / "m"))
+    examples = [{"prompt": "<|bos|>", "completion": "<a_1><b_2><|eos|>" * n} for n in (2, 8, 9)]
+    args = _tiny_sft_args(tmp_path, packing=True, batch_size=2, steps=1)
+    trainer = SidSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    rows = trainer.train_dataset
+    assert len(rows) == 2  # a row of 28 tokens; one of 25 + 7, padded to 28
+    batch = trainer.data_collator([rows[0], rows[1]])
+    calls = []
+    fused = sft_trainer.head_cross_entropy
+    monkeypatch.setattr(
+        sft_trainer, "head_cross_entropy", lambda *a, **k: calls.append(1) or fused(*a, **k)
+    )
+
+    def loss_and_grads(compute):
+        model.zero_grad()
+        loss = compute(model, dict(batch), num_items_in_batch=torch.tensor(7))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    model.train()
+    assert trainer._plain_head(model) is model.lm_head
+    loss, grads = loss_and_grads(trainer.compute_loss)
+    assert calls == [1]
+    expected, expected_grads = loss_and_grads(
+        lambda *a, **k: Trainer.compute_loss(trainer, *a, **k)
+    )
+    assert calls == [1]  # the model's own loss does not use it
+    torch.testing.assert_close(loss, expected)  # summed over the labels, divided by the 7 given
+    for mine, reference in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(mine, reference)
+    assert trainer._plain_head(model) is not None
+    model.eval()
+    assert trainer._plain_head(model) is None  # evaluation: the model's own loss
+    smoothed = SidSFTTrainer(
+        model=model,
+        args=_tiny_sft_args(
+            tmp_path, packing=True, batch_size=2, steps=1, label_smoothing_factor=0.1
+        ),
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    model.train()
+    assert smoothed._plain_head(model) is None
+
+
 BOS, EOS = 1, 2
 CATALOG = torch.tensor([[10, 20, 30], [11, 21, 31], [12, 22, 32], [13, 23, 33]])
 """Four items' SID token ids: first level 10-13, then 20-23, then 30-33."""
@@ -299,8 +359,8 @@ def test_the_teacher_adds_its_weighted_soft_target_loss_while_training(tiny_mode
         base = plain.compute_loss(model, dict(batch))
         loss = taught.compute_loss(model, dict(batch))
         logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
-        model.eval()  # validation and evaluation: the plain loss
-        assert torch.equal(taught.compute_loss(model, dict(batch)), base)
+        model.eval()  # validation and evaluation: the plain loss (the model's own, the same value)
+        torch.testing.assert_close(taught.compute_loss(model, dict(batch)), base)
     # the trainer computes it from the output layer's input states: the same value
     torch.testing.assert_close(loss, base + 0.7 * teacher.loss(targets, logits))
     assert taught._metrics["train"]["distill_loss"]  # logged with the other train metrics
