@@ -22,6 +22,7 @@ was, which the hard target alone never shows. SASRec is read, never trained here
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 import torch
@@ -41,6 +42,21 @@ class TeacherTargets(NamedTuple):
     """(K,) the level's token ids: the vocabulary the targets spread over."""
     probs: torch.Tensor
     """(P, K) the teacher's distribution over those tokens at each place."""
+
+
+class _RowPlaces(NamedTuple):
+    """The places of one batch row: its window items that have history and are targets."""
+
+    columns: torch.Tensor
+    """(P,) the column of each item's first SID token."""
+    targets: torch.Tensor
+    """(P,) the item (catalog row)."""
+    seen: torch.Tensor
+    """(P, longest history) the items before it in its window, padded with the catalog size."""
+    keys: list[tuple[int, ...]]
+    """SASRec's input at each place: the history's last ``max_len`` items."""
+    nexts: list[list[int]]
+    """The item and the window's next ``horizon`` − 1 items."""
 
 
 class _Level(NamedTuple):
@@ -84,10 +100,13 @@ class SasrecTeacher(_WindowItems):
         temperature: float = 1.0,
         future: float = 0.0,
         horizon: int = 1,
+        cached_rows: int = 4096,
     ):
         """``item_tokens``: (items, L) SID token ids in SASRec's catalog order (row i is
         ``sasrec.item_ids[i]``). ``future``: the share of each item distribution moved evenly
-        onto the target and the window's next ``horizon`` − 1 items (0: SASRec's alone)."""
+        onto the target and the window's next ``horizon`` − 1 items (0: SASRec's alone).
+        ``cached_rows``: how many batch rows' places are kept for the next epoch (the least
+        recently seen go first; MovieLens's SFT has ~2,100 packed rows, each a few tens of KB)."""
         super().__init__(item_tokens, bos_token_id)
         if len(item_tokens) != sasrec.n_items:
             raise ValueError(
@@ -102,13 +121,14 @@ class SasrecTeacher(_WindowItems):
         self.max_len: int = sasrec.config.max_len
         self.levels = [_Level.of(item_tokens, level) for level in range(item_tokens.shape[1])]
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self._rows_cache: OrderedDict[bytes, _RowPlaces] = OrderedDict()
+        self.cached_rows = cached_rows
 
-    def _states(self, histories: list[list[int]]) -> torch.Tensor:
-        """(P, hidden) SASRec's last state after each history's last ``max_len`` items, encoded
-        once per distinct input: the windows come back every epoch."""
+    def _states(self, keys: list[tuple[int, ...]]) -> torch.Tensor:
+        """(P, hidden) SASRec's last state after each input (a history's last ``max_len``
+        items), encoded once per distinct input: the windows come back every epoch."""
         from models.baselines.sasrec import _pad_left
 
-        keys = [tuple(h[-self.max_len :]) for h in histories]
         new = [k for k in dict.fromkeys(keys) if k not in self._cache]
         if new:
             device = next(self.sasrec.parameters()).device
@@ -117,64 +137,102 @@ class SasrecTeacher(_WindowItems):
             self._cache.update(zip(new, states, strict=True))
         return torch.stack([self._cache[k] for k in keys])
 
-    def _places(
-        self, inputs: dict[str, Any]
-    ) -> tuple[list[tuple[int, int]], list[list[int]], list[int], list[list[int]]]:
-        """(row, first SID column) of every window item that has history and is a target,
-        its history (item indices, oldest first), the item itself, and the item with the
-        window's next ``horizon`` − 1 items (fewer at the window's end)."""
-        # read token by token: as Python lists, one conversion per row (not per item)
-        ids, labels = inputs["input_ids"].tolist(), inputs["labels"].tolist()
+    def _row_places(
+        self, ids: list[int], labels: list[int], windows: list[tuple[int, int, list[int]]]
+    ) -> _RowPlaces:
+        """The places of one row, given its windows (start, end, item starts): every window item
+        that has history and is a target."""
         length = self.item_tokens.shape[1]
-        places, histories, targets, nexts = [], [], [], []
-        for row, _, end, starts in self.windows(inputs):
-            row_ids = ids[row]
+        columns, histories, targets, nexts = [], [], [], []
+        for _, end, starts in windows:
             items = [
-                self.item_of.get(tuple(row_ids[s : s + length]), -1) if s + length <= end else -1
+                self.item_of.get(tuple(ids[s : s + length]), -1) if s + length <= end else -1
                 for s in starts
             ]
             # an item that is not in the catalog (or cut off) leaves no history after it
             known = next((j for j, item in enumerate(items) if item < 0), len(items))
             for j in range(1, known):
-                s = starts[j]
-                if labels[row][s] == -100:
+                if labels[starts[j]] == -100:
                     continue
-                places.append((row, s))
+                columns.append(starts[j])
                 histories.append(items[:j])
                 targets.append(items[j])
                 nexts.append(items[j : min(j + self.horizon, known)])
-        return places, histories, targets, nexts
+        # seen items are scattered out of SASRec's scores; the catalog size pads (an extra column)
+        width, pad = max(map(len, histories), default=0), len(self.item_tokens)
+        return _RowPlaces(
+            columns=torch.tensor(columns, dtype=torch.long),
+            targets=torch.tensor(targets, dtype=torch.long),
+            seen=torch.tensor(
+                [h + [pad] * (width - len(h)) for h in histories], dtype=torch.long
+            ).reshape(len(histories), width),
+            keys=[tuple(h[-self.max_len :]) for h in histories],
+            nexts=nexts,
+        )
+
+    def _rows(self, inputs: dict[str, Any]) -> list[_RowPlaces]:
+        """Every row's places, each row's read once: the same packed rows come back every
+        epoch (a row is known by its tokens, labels and positions)."""
+        ids, labels = inputs["input_ids"].cpu(), inputs["labels"].cpu()
+        positions = inputs.get("position_ids")
+        positions = None if positions is None else positions.cpu()
+        keys = [
+            ids[r].numpy().tobytes()
+            + labels[r].numpy().tobytes()
+            + (b"" if positions is None else b"|" + positions[r].numpy().tobytes())
+            for r in range(len(ids))
+        ]
+        missing = [r for r, key in enumerate(keys) if key not in self._rows_cache]
+        if missing:
+            part = {"input_ids": ids[missing]}
+            if positions is not None:
+                part["position_ids"] = positions[missing]
+            windows: dict[int, list[tuple[int, int, list[int]]]] = {r: [] for r in missing}
+            for row, start, end, starts in self.windows(part):
+                windows[missing[row]].append((start, end, starts))
+            ids_list, labels_list = ids[missing].tolist(), labels[missing].tolist()
+            for n, r in enumerate(missing):
+                self._rows_cache[keys[r]] = self._row_places(
+                    ids_list[n], labels_list[n], windows[r]
+                )
+                if len(self._rows_cache) > self.cached_rows:
+                    self._rows_cache.popitem(last=False)
+        for key in keys:
+            self._rows_cache.move_to_end(key)
+        return [self._rows_cache[key] for key in keys]
 
     @torch.no_grad()
     def targets(self, inputs: dict[str, Any]) -> list[TeacherTargets]:
         """The teacher's targets for every SID token of the batch's window items, one entry per
         SID level (empty: no window item with history)."""
-        places, histories, targets, nexts = self._places(inputs)
+        rows = self._rows(inputs)
+        places = sum(len(r.targets) for r in rows)
         if not places:
             return []
         device = inputs["input_ids"].device
-        scores = self.sasrec.scores(self._states(histories)).float().cpu()
+        keys = [key for r in rows for key in r.keys]
+        scores = self.sasrec.scores(self._states(keys)).float().cpu()
         # seen items (the window's earlier items) are never recommended: an extra column takes
         # the padding of the histories
-        width, pad = max(map(len, histories)), scores.shape[1]
-        seen = torch.tensor([history + [pad] * (width - len(history)) for history in histories])
-        scores = torch.cat([scores, torch.zeros(len(places), 1)], 1)
+        width, pad = max(r.seen.shape[1] for r in rows), scores.shape[1]
+        seen = torch.cat([F.pad(r.seen, (0, width - r.seen.shape[1]), value=pad) for r in rows])
+        scores = torch.cat([scores, torch.zeros(places, 1)], 1)
         scores = scores.scatter(1, seen, float("-inf"))[:, :-1]
         probs = (scores / self.temperature).softmax(-1)
         if self.future > 0:  # part of the mass onto the burst the target sits in
             burst = torch.zeros_like(probs)
-            for p, items in enumerate(nexts):
+            for p, items in enumerate(n for r in rows for n in r.nexts):
                 burst[p, items] = 1.0 / len(items)
             probs = (1 - self.future) * probs + self.future * burst
-        probs = torch.cat([probs, torch.zeros(len(places), 1)], 1)  # the members' padding
-        target = torch.tensor(targets)
-        place_rows = torch.tensor([r for r, _ in places])
-        place_cols = torch.tensor([s for _, s in places])
+        probs = torch.cat([probs, torch.zeros(places, 1)], 1)  # the members' padding
+        target = torch.cat([r.targets for r in rows])
+        place_rows = torch.cat([torch.full_like(r.targets, n) for n, r in enumerate(rows)])
+        place_cols = torch.cat([r.columns for r in rows])
         out = []
         for level, lookup in enumerate(self.levels):
             # the items that share the true item's codes before this level, by their code here
             members = lookup.members[lookup.group[target]]  # (P, largest group)
-            mass = torch.zeros(len(places), len(lookup.tokens))
+            mass = torch.zeros(places, len(lookup.tokens))
             mass.scatter_add_(1, lookup.column[members], probs.gather(1, members))
             total = mass.sum(-1, keepdim=True)
             keep = total.squeeze(-1) > 0  # the true prefix holds only seen items: no target
