@@ -171,35 +171,36 @@ class SasrecTeacher(_WindowItems):
         )
 
     def _rows(self, inputs: dict[str, Any]) -> list[_RowPlaces]:
-        """Every row's places, each row's read once: the same packed rows come back every
-        epoch (a row is known by its tokens, labels and positions)."""
+        """Every row's places, each row read once: the same packed rows come back every epoch,
+        padded to other widths. A row is known by its tokens, labels and positions up to its
+        last labelled token (nothing after it can be a place or precede one)."""
         ids, labels = inputs["input_ids"].cpu(), inputs["labels"].cpu()
         positions = inputs.get("position_ids")
-        positions = None if positions is None else positions.cpu()
-        keys = [
-            ids[r].numpy().tobytes()
-            + labels[r].numpy().tobytes()
-            + (b"" if positions is None else b"|" + positions[r].numpy().tobytes())
-            for r in range(len(ids))
-        ]
-        missing = [r for r, key in enumerate(keys) if key not in self._rows_cache]
-        if missing:
-            part = {"input_ids": ids[missing]}
-            if positions is not None:
-                part["position_ids"] = positions[missing]
-            windows: dict[int, list[tuple[int, int, list[int]]]] = {r: [] for r in missing}
-            for row, start, end, starts in self.windows(part):
-                windows[missing[row]].append((start, end, starts))
-            ids_list, labels_list = ids[missing].tolist(), labels[missing].tolist()
-            for n, r in enumerate(missing):
-                self._rows_cache[keys[r]] = self._row_places(
-                    ids_list[n], labels_list[n], windows[r]
-                )
-                if len(self._rows_cache) > self.cached_rows:
-                    self._rows_cache.popitem(last=False)
-        for key in keys:
+        if positions is None:  # one example per row
+            positions = torch.arange(ids.shape[1]).expand_as(ids)
+        positions = positions.cpu()
+        labelled = labels != -100
+        ends = torch.where(
+            labelled.any(1), ids.shape[1] - labelled.flip(1).int().argmax(1), 0
+        ).tolist()
+        rows = [(ids[r, :n], labels[r, :n], positions[r, :n]) for r, n in enumerate(ends)]
+        keys = [b"|".join(t.numpy().tobytes() for t in row) for row in rows]
+        found = {key: self._rows_cache[key] for key in keys if key in self._rows_cache}
+        for key in found:
             self._rows_cache.move_to_end(key)
-        return [self._rows_cache[key] for key in keys]
+        for key, (row_ids, row_labels, row_positions) in zip(keys, rows, strict=True):
+            if key not in found:
+                windows = [
+                    (start, end, starts)
+                    for _, start, end, starts in self.windows(
+                        {"input_ids": row_ids[None], "position_ids": row_positions[None]}
+                    )
+                ]
+                found[key] = self._row_places(row_ids.tolist(), row_labels.tolist(), windows)
+                self._rows_cache[key] = found[key]
+        while len(self._rows_cache) > self.cached_rows:
+            self._rows_cache.popitem(last=False)
+        return [found[key] for key in keys]
 
     @torch.no_grad()
     def targets(self, inputs: dict[str, Any]) -> list[TeacherTargets]:

@@ -104,15 +104,16 @@ def test_items_that_are_not_targets_and_windows_without_history_get_no_targets()
     assert teacher.targets(pair) == []
 
 
-def _two_rows(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]):
-    """Two windows as the rows of one batch (the shorter right-padded: no labels, position 0)."""
-    width = max(first["input_ids"].shape[1], second["input_ids"].shape[1])
+def _rows(*windows: dict[str, torch.Tensor], width: int = 0):
+    """Windows as the rows of one batch, right-padded to the longest (or ``width``) with no
+    labels and position 0, as the packed rows' collator pads them."""
+    width = max(width, *(w["input_ids"].shape[1] for w in windows))
     pad = {"input_ids": 0, "labels": -100, "position_ids": 0}
     return {
         key: torch.cat(
             [
                 torch.nn.functional.pad(w[key], (0, width - w[key].shape[1]), value=value)
-                for w in (first, second)
+                for w in windows
             ]
         )
         for key, value in pad.items()
@@ -120,18 +121,19 @@ def _two_rows(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]):
 
 
 def test_a_rows_places_are_read_once_and_reused_in_any_batch():
-    """The packed rows come back every epoch in other batches: each row's places are kept,
-    and a batch of kept rows gets exactly the targets a fresh teacher computes."""
+    """The packed rows come back every epoch in other batches, padded to other widths: each
+    row's places are kept, and a batch of kept rows gets exactly the targets a fresh teacher
+    computes."""
     sasrec = _sasrec()
     a, b = _window([0, 2, 1]), _window([3, 1, 0, 2])
     teacher = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0)
-    teacher.targets(_two_rows(a, b))
+    teacher.targets(_rows(a, b))
     assert len(teacher._rows_cache) == 2
     reads = []
     teacher._row_places = lambda *args: (
         reads.append(args) or SasrecTeacher._row_places(teacher, *args)
     )
-    swapped = _two_rows(b, a)  # the same rows, in the other order
+    swapped = _rows(b, a, width=25)  # the same rows, in the other order, padded further
     fresh = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0).targets(swapped)
     kept = teacher.targets(swapped)
     assert reads == []  # every row was known
@@ -139,12 +141,22 @@ def test_a_rows_places_are_read_once_and_reused_in_any_batch():
         for name in ("rows", "columns", "tokens", "probs"):
             assert torch.equal(getattr(x, name), getattr(y, name))
     assert sorted(kept[0].rows.tolist()) == [0, 0, 0, 1, 1]  # b's 3 places are row 0 now
-    # the least recently used row goes first when the cache is full
+    assert teacher.targets(_rows(a, width=30))[0].columns.tolist() == [4, 8]
+
+
+def test_the_least_recently_used_rows_leave_a_full_cache():
+    sasrec = _sasrec()
+    a, b, c = _window([0, 2, 1]), _window([3, 1, 0, 2]), _window([1, 3])
+    teacher = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0, cached_rows=2)
+    teacher.targets(_rows(a, b))
+    teacher.targets(_rows(a))  # a is now the most recently used
+    expected = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0).targets(_rows(c, b))
+    got = teacher.targets(_rows(c, b))  # b was kept, c is new: a goes
+    assert [t.columns.tolist() for t in got] == [t.columns.tolist() for t in expected]
+    assert len(teacher._rows_cache) == 2
     small = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0, cached_rows=1)
-    small.targets(a)
-    small.targets(b)
+    assert len(small.targets(_rows(a, b, c))[0].rows) == 2 + 3 + 1  # more rows than it keeps
     assert len(small._rows_cache) == 1
-    assert small.targets(a)[0].columns.tolist() == teacher.targets(a)[0].columns.tolist()
 
 
 def test_the_loss_is_the_cross_entropy_against_the_teacher_over_each_levels_tokens():
