@@ -39,6 +39,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.sids
 	$(BIN)/python -m bench.decoding
+	$(BIN)/python -m bench.head_loss
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.retrain
 	$(BIN)/python -m bench.grpo
