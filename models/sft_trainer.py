@@ -287,14 +287,17 @@ class SidSFTTrainer(SFTTrainer):
         the model's loss: training on a CPU in one process (the model not wrapped for DDP), a
         model whose logits are its output layer's (no scaling or capping), a layer without bias
         (not peft's wrapper), no label smoothing or custom loss."""
+        # a wrapped model (DDP, even of one process under `accelerate launch`) must run its own
+        # forward, which synchronizes the gradients; it has no config or output layer of its own
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         plain = (
             model.training
             and self.args.device.type == "cpu"
             and self.accelerator.num_processes == 1
+            and self.accelerator.unwrap_model(model) is model
             and self.label_smoother is None
             and getattr(self, "compute_loss_func", None) is None
-            and getattr(model.config, "model_type", None) in PLAIN_HEAD_MODELS
+            and getattr(getattr(model, "config", None), "model_type", None) in PLAIN_HEAD_MODELS
             and isinstance(head, torch.nn.Linear)
             and head.bias is None
         )

@@ -167,6 +167,13 @@ def test_training_on_a_cpu_computes_the_models_loss_through_the_output_layer_in_
     for mine, reference in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(mine, reference)
     assert trainer._plain_head(model) is not None
+    # a model wrapped for DDP (even one process under `accelerate launch`) runs its own forward
+    wrapped = torch.nn.parallel.DistributedDataParallel.__new__(
+        torch.nn.parallel.DistributedDataParallel
+    )
+    torch.nn.Module.__init__(wrapped)
+    wrapped.module = model
+    assert wrapped.training and trainer._plain_head(wrapped) is None
     model.eval()
     assert trainer._plain_head(model) is None  # evaluation: the model's own loss
     smoothed = SidSFTTrainer(
