@@ -138,13 +138,14 @@ class SasrecTeacher(_WindowItems):
         return torch.stack([self._cache[k] for k in keys])
 
     def _row_places(
-        self, ids: list[int], labels: list[int], windows: list[tuple[int, int, list[int]]]
+        self, row_ids: torch.Tensor, row_labels: torch.Tensor, row_positions: torch.Tensor
     ) -> _RowPlaces:
-        """The places of one row, given its windows (start, end, item starts): every window item
-        that has history and is a target."""
+        """The places of one row: every window item that has history and is a target."""
         length = self.item_tokens.shape[1]
+        ids, labels = row_ids.tolist(), row_labels.tolist()
         columns, histories, targets, nexts = [], [], [], []
-        for _, end, starts in windows:
+        one_row = {"input_ids": row_ids[None], "position_ids": row_positions[None]}
+        for _, _, end, starts in self.windows(one_row):
             items = [
                 self.item_of.get(tuple(ids[s : s + length]), -1) if s + length <= end else -1
                 for s in starts
@@ -190,13 +191,7 @@ class SasrecTeacher(_WindowItems):
             self._rows_cache.move_to_end(key)
         for key, (row_ids, row_labels, row_positions) in zip(keys, rows, strict=True):
             if key not in found:
-                windows = [
-                    (start, end, starts)
-                    for _, start, end, starts in self.windows(
-                        {"input_ids": row_ids[None], "position_ids": row_positions[None]}
-                    )
-                ]
-                found[key] = self._row_places(row_ids.tolist(), row_labels.tolist(), windows)
+                found[key] = self._row_places(row_ids, row_labels, row_positions)
                 self._rows_cache[key] = found[key]
         while len(self._rows_cache) > self.cached_rows:
             self._rows_cache.popitem(last=False)
