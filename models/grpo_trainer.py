@@ -21,10 +21,14 @@ stays G distinct catalog items. Every rollout logs, before any insertion, how of
 was in the group (``rollout/target_in_group``) and its mean 1-based place there when it was
 (``rollout/target_rank``).
 
-With ``trie_mask`` a fourth override, of ``_get_per_token_logps_and_entropies``, computes the
-completions' log-probs (policy, old policy and reference) from the model's plain logits with
-everything the trie forbids at each place masked out, so the loss is over catalog items only
-(TRL's own path scores them over the whole vocabulary through its fused LM head).
+A fourth override, of ``_get_per_token_logps_and_entropies``, computes the completions'
+log-probs (policy, old policy and reference) from the model's plain logits at the completion
+places only, on a CPU and wherever ``trie_mask`` is on. TRL's own path, kept on GPUs, scores
+them through its fused LM head, which on a device without Triton projects every position of
+prompt and completion onto the vocabulary (the tile shapes then stay fixed): with prompts of
+~20 items and 4-token completions that is ~20x the positions needed, and it was most of a GRPO
+step on 2 CPU cores. With ``trie_mask`` everything the trie forbids at each place is masked
+out first, so the loss is over catalog items only.
 
 Two more small overrides hand the rollout facts to the rewards: the catalog row of each
 completion (``completion_item``) and its rank in the group (``rank``) become columns, and the
@@ -198,7 +202,8 @@ class SidGRPOTrainer(GRPOTrainer):
         compute_aux_loss: bool = False,
         **multimodal: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        if not self.sid_args.trie_mask:
+        plain = compute_aux_loss or any(v is not None for v in multimodal.values())
+        if not self.sid_args.trie_mask and (plain or input_ids.device.type != "cpu"):
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -209,7 +214,7 @@ class SidGRPOTrainer(GRPOTrainer):
                 compute_aux_loss,
                 **multimodal,
             )
-        if compute_aux_loss or any(v is not None for v in multimodal.values()):
+        if plain:
             raise ValueError(
                 "trie_mask scores text-only, dense models (no MoE aux loss, no images)"
             )
@@ -227,7 +232,11 @@ class SidGRPOTrainer(GRPOTrainer):
                 ).logits
             # the logit at place t scores the token at t + 1
             logits = logits[:, -logits_to_keep - 1 : -1].float() / self.temperature
-            logp, entropy = trie_masked_logps(self.trie, logits, ids[:, -logits_to_keep:], eos)
+            completion = ids[:, -logits_to_keep:]
+            if self.sid_args.trie_mask:
+                logp, entropy = trie_masked_logps(self.trie, logits, completion, eos)
+            else:
+                logp, entropy = vocabulary_logps(logits, completion)
             logps.append(logp)
             entropies.append(entropy)
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
@@ -416,6 +425,16 @@ def trie_allowed(trie: SidTrie, completion: torch.Tensor, vocab: int, eos: int) 
         node = trie.walk(completion[:, :place])  # no columns: the root
         allowed[:, place].scatter_(1, trie.allowed_next(node, eos), True)
     return allowed
+
+
+def vocabulary_logps(
+    logits: torch.Tensor, completion: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of ``completion`` (rows, K) under ``logits`` (rows, K, vocab) over
+    the whole vocabulary, and each place's entropy: what TRL's fused LM head computes."""
+    logp = logits.log_softmax(-1)
+    token_logp = logp.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+    return token_logp, -(logp.exp() * logp).sum(-1)
 
 
 def trie_masked_logps(

@@ -541,6 +541,50 @@ def test_trie_masked_log_probs_are_a_distribution_over_the_catalog(tmp_path, tin
     assert entropy[:, -1].abs().max() < 1e-6 and (entropy[:, 0] > 0).all()
 
 
+def test_cpu_log_probs_and_gradients_equal_trls_fused_head(tmp_path, tiny):
+    """On a CPU the override scores the completion places only; TRL's fused LM head there
+    scores every position of prompt and completion. Both give the same log-probs, entropies
+    and parameter gradients (float32, no autocast)."""
+    from trl import GRPOTrainer
+
+    tokenizer, sid_map, trie = tiny
+    trainer, _ = _trainer(tmp_path, tiny, bf16=False)
+    model = trainer.model.train()
+    eos = torch.full((trie.n_items, 1), tokenizer.eos_token_id)
+    completions = torch.cat([trie.sid_token_ids, eos], dim=1)
+    prompts = [
+        tokenizer(seq_rec_prompt([sid_map[f"i{n % 7}"]] * (1 + n % 3)))["input_ids"]
+        for n in range(trie.n_items)
+    ]
+    width = max(map(len, prompts))
+    pad = tokenizer.pad_token_id
+    prompt = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # left-padded, as TRL
+    sequences = torch.cat([prompt, completions], dim=1)
+    mask = (sequences != pad).long()
+    places = LEVELS + 1
+    weights = torch.randn(trie.n_items, places, generator=torch.Generator().manual_seed(1))
+    results = []
+    for method in (
+        trainer._get_per_token_logps_and_entropies,
+        lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+    ):
+        model.zero_grad()
+        logp, entropy, _ = method(
+            model, sequences, mask, places, batch_size=7, compute_entropy=True
+        )
+        (logp * weights).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logp.detach(), entropy.detach(), grads))
+    (ours, our_entropy, our_grads), (trls, trl_entropy, trl_grads) = results
+    assert ours.shape == our_entropy.shape == (trie.n_items, places)
+    assert torch.allclose(ours, trls, atol=1e-5) and torch.allclose(
+        our_entropy, trl_entropy, atol=1e-5
+    )
+    assert our_grads.keys() == trl_grads.keys() and len(our_grads) > 2
+    for name, grad in our_grads.items():
+        assert torch.allclose(grad, trl_grads[name], atol=1e-5, rtol=1e-4), name
+
+
 def test_trie_allowed_marks_the_children_of_each_prefix(tiny):
     from models.grpo_trainer import trie_allowed
 
