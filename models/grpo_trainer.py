@@ -202,8 +202,8 @@ class SidGRPOTrainer(GRPOTrainer):
         compute_aux_loss: bool = False,
         **multimodal: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        plain = compute_aux_loss or any(v is not None for v in multimodal.values())
-        if not self.sid_args.trie_mask and (plain or input_ids.device.type != "cpu"):
+        trl_only = compute_aux_loss or any(v is not None for v in multimodal.values())
+        if not self.sid_args.trie_mask and (trl_only or input_ids.device.type != "cpu"):
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -214,7 +214,7 @@ class SidGRPOTrainer(GRPOTrainer):
                 compute_aux_loss,
                 **multimodal,
             )
-        if plain:
+        if trl_only:
             raise ValueError(
                 "trie_mask scores text-only, dense models (no MoE aux loss, no images)"
             )
@@ -430,11 +430,13 @@ def trie_allowed(trie: SidTrie, completion: torch.Tensor, vocab: int, eos: int) 
 def vocabulary_logps(
     logits: torch.Tensor, completion: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs of ``completion`` (rows, K) under ``logits`` (rows, K, vocab) over
-    the whole vocabulary, and each place's entropy: what TRL's fused LM head computes."""
+    """Per-token log-probs of ``completion`` (rows, K) under ``logits`` (rows, K, vocab), and
+    each place's entropy, over the tokens whose logit is not -inf: the whole vocabulary (what
+    TRL's fused LM head computes) unless the caller masked some out."""
     logp = logits.log_softmax(-1)
     token_logp = logp.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-    return token_logp, -(logp.exp() * logp).sum(-1)
+    p = logp.exp()
+    return token_logp, -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)  # masked: 0, not 0 x -inf
 
 
 def trie_masked_logps(
@@ -446,10 +448,7 @@ def trie_masked_logps(
     scored as if it were allowed, so its log-prob stays finite."""
     allowed = trie_allowed(trie, completion, logits.shape[-1], eos)
     allowed.scatter_(2, completion.unsqueeze(-1), True)
-    logp = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
-    token_logp = logp.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp.masked_fill(~allowed, 0.0)).sum(-1)
-    return token_logp, entropy
+    return vocabulary_logps(logits.masked_fill(~allowed, float("-inf")), completion)
 
 
 def _distinct_prompts(prompt_ids: list[list[int]], g: int) -> list[list[int]]:
