@@ -508,7 +508,7 @@ class GrpoConfig(_Section):
     eval_every: int = Field(50, ge=1)
     """Steps between validation HR/NDCG runs; the best model by validation NDCG@10 is kept."""
     eval_users: int | None = Field(None, ge=1)
-    """Size of the fixed validation sample used during training (null = the whole split)."""
+    """Size of the fixed validation sample used during training (null = every selection-half user)."""
     log_samples_every: int = Field(50, ge=1)
     """Steps between sample tables (prompt, completions as titles, rewards)."""
     sample_rows: int = Field(4, ge=1)

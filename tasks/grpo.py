@@ -251,7 +251,11 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
 
     cfg, paths = settings.grpo, settings.paths
     if not cfg.enabled:
-        raise ConfigError("grpo.enabled is false: the grpo stage is switched off in params.yaml")
+        raise ConfigError(
+            "grpo.enabled is false: the grpo stage is switched off in params.yaml. "
+            "`sidrec pipeline` skips it; `dvc repro` cannot (evaluate and register read the "
+            "stage's model): set grpo.enabled: true for DVC, or run `sidrec pipeline`"
+        )
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
     check_grpo_config(settings, len(item_ids))

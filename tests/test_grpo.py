@@ -100,6 +100,13 @@ def test_vllm_rollouts_on_a_cpu_machine_are_a_config_error(grpo_settings):
         grpo(settings)
 
 
+def test_a_switched_off_stage_refuses_and_says_what_dvc_needs(grpo_settings):
+    settings = grpo_settings(enabled=False)
+    with pytest.raises(ConfigError, match=r"grpo.enabled is false.*`dvc repro` cannot"):
+        grpo(settings)
+    assert not settings.paths.grpo_dir.exists()
+
+
 def test_grpo_needs_the_sft_model(grpo_settings):
     with pytest.raises(InputError, match="model folder not found"):
         grpo(grpo_settings())
