@@ -43,15 +43,24 @@ class ProjectConfig(_Section):
     data_dir: Path = Path("data")
     """Root of the DVC-tracked data tree."""
     metrics_dir: Path = Path("metrics")
-    """Stage metrics (``<stage>.json``), read by DVC, MLflow and Prefect artifacts."""
+    """Stage metrics (a JSON file per stage: ``validation.json``, ``sft.json``, ``eval.json``,
+    ...), read by DVC, MLflow and Prefect artifacts."""
     artifacts_dir: Path = Path("artifacts")
     """Trained models: ``<artifacts_dir>/{sft,grpo}/<dataset>/model`` (from_pretrained folders)."""
     runs_dir: Path = Path("runs")
-    """Each CLI run saves its resolved configuration under ``<runs_dir>/<time>-<command>/``."""
+    """Each stage command saves its resolved configuration under ``<runs_dir>/<time>-<stage>/``
+    (``sidrec pipeline``: ``<time>-retrain``)."""
     seed: int = 42
     preset: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
     """default: the sections as written; another name: the keys under ``presets.<name>``
     replace theirs (``--set`` still wins). See :func:`load_settings`."""
+
+    @field_validator("data_dir", "metrics_dir", "artifacts_dir", "runs_dir")
+    @classmethod
+    def _a_folder(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError("a file, not a folder (outputs are written into this folder)")
+        return value
 
 
 class AmazonConfig(_Section):
@@ -533,6 +542,19 @@ class EvaluateConfig(_Section):
     bootstrap_resamples: int = Field(1000, ge=100)
     """Resamples of users for the 95% bootstrap intervals (per model and paired differences)."""
 
+    @model_validator(mode="after")
+    def _cutoffs(self) -> EvaluateConfig:
+        if not self.ks or min(self.ks) < 1 or len(set(self.ks)) != len(self.ks):
+            raise ValueError(
+                f"ks must be distinct cut-offs >= 1, e.g. [1, 5, 10, 20]; got {self.ks}"
+            )
+        if self.num_beams < max(self.ks):
+            raise ValueError(
+                f"num_beams ({self.num_beams}) must be >= the largest K in ks ({max(self.ks)}): "
+                "the beams are the ranked list"
+            )
+        return self
+
 
 class RegisterConfig(_Section):
     """Stage 9: log the recommender as an MLflow pyfunc model, register it, gate promotion."""
@@ -655,6 +677,12 @@ class Settings(_Section):
         if self.project.preset != "default" and self.project.preset not in self.presets:
             defined = ", ".join(["default", *self.presets])
             raise ValueError(f"project.preset: unknown preset {self.project.preset!r} ({defined})")
+        gate_k = int(self.register_.gate_metric.rsplit("@", 1)[1])
+        if self.register_.enabled and gate_k not in self.evaluate.ks:
+            raise ValueError(
+                f"register.gate_metric {self.register_.gate_metric} needs K={gate_k} in "
+                f"evaluate.ks {self.evaluate.ks} (evaluate writes the per-user scores it compares)"
+            )
         if self.split.method == "leave_one_out" and self.validate_.min_user_interactions < 3:
             raise ValueError(
                 "split.method leave_one_out needs validate.min_user_interactions >= 3 "
@@ -720,13 +748,19 @@ def load_settings(path: Path | str = DEFAULT_PARAMS, overrides: Iterable[str] = 
         raise ConfigError(
             f"{path}: configuration file not found (run from the project root or pass --config)"
         )
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file; --config takes a params.yaml file")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
-    return settings_from_dict(with_preset(raw, list(overrides)), origin=str(path))
+    overrides = list(overrides)
+    origin = f"{path} with --set overrides" if overrides else str(path)
+    return settings_from_dict(with_preset(raw, overrides), origin=origin)
 
 
 PRESET_SECTIONS = ("model", "sft", "grpo")
@@ -775,12 +809,15 @@ def format_validation_error(exc: ValidationError, origin: str) -> str:
         if err["type"] == "extra_forbidden" and where in RENAMED_KEYS:
             lines.append(f"  - {where} was renamed: use {RENAMED_KEYS[where]}")
             continue
+        if err["type"] == "value_error":  # our validators' own message, without pydantic's prefix
+            msg = str(err["ctx"]["error"])
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling against params.yaml)"
         elif (
             "input" in err
             and err["type"] not in ("missing",)
             and not isinstance(err["input"], dict)
+            and "got " not in msg  # the message shows the value already
         ):
             msg += f" (got {err['input']!r})"
         lines.append(f"  - {where}: {msg}")

@@ -24,6 +24,24 @@ import pyarrow.parquet as pq
 from sidrec.errors import InputError
 
 
+def _process_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _process_umask()
+"""The process's umask, read once at import (reading it means setting it)."""
+
+
+def open_mode(path: Path) -> None:
+    """Give a staged file or folder the mode ``open()`` or ``mkdir()`` would have given it.
+
+    ``mkstemp`` and ``mkdtemp`` create owner-only entries (0600, 0700); published as they are,
+    a process of another user (a serving container, a shared DVC cache) could not read them."""
+    path.chmod((0o777 if path.is_dir() else 0o666) & ~UMASK)
+
+
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it over ``target`` on success."""
@@ -33,6 +51,7 @@ def atomic_path(target: Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        open_mode(tmp_path)
         os.replace(tmp_path, target)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -60,6 +79,7 @@ class AtomicOutputs:
                     if tmp.is_dir():
                         replace_dir(tmp, target)
                     else:
+                        open_mode(tmp)
                         os.replace(tmp, target)
         finally:
             for tmp, _ in self._staged:
@@ -103,6 +123,7 @@ class AtomicOutputs:
 def replace_dir(source: Path, target: Path) -> None:
     """Move the complete folder ``source`` to ``target``, replacing what was there (the old
     folder is moved aside first, so ``target`` is never half-written)."""
+    open_mode(source)
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():

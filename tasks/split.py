@@ -15,6 +15,7 @@ file.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import pyarrow as pa
 from prefect import task
 
 from sidrec.config import Settings, SplitConfig
+from sidrec.errors import InputError
 from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.paths import SPLITS
@@ -100,11 +102,31 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     return df[list(SPLIT.names)].reset_index(drop=True)
 
 
+def check_parts(parts: dict[str, pd.DataFrame], cfg: SplitConfig, source: Path) -> None:
+    """Every part holds samples: an empty valid or test part would be written, and every
+    later stage would select or report on nothing."""
+    empty = [name for name in SPLITS if parts[name].empty]
+    if not empty:
+        return
+    sizes = ", ".join(f"{name} {len(parts[name])}" for name in SPLITS)
+    if cfg.method == "sliding_window":
+        fix = f"split.ratios {list(cfg.ratios)} leave it no sample: give it a larger share"
+    else:
+        fix = (
+            "leave_one_out needs users with at least 3 interactions for a train sample "
+            "(validate.min_user_interactions drops shorter users)"
+        )
+    raise InputError(
+        f"the split's {' and '.join(empty)} part is empty ({sizes}): {fix}", path=source
+    )
+
+
 def split(settings: Settings) -> StageResult:
     paths = settings.paths
     inter = read_table(paths.validated("interactions"), INTERACTIONS, "validated interactions")
     method = leave_one_out if settings.split.method == "leave_one_out" else sliding_window
     parts = method(inter, settings.split)
+    check_parts(parts, settings.split, paths.validated("interactions"))
     metrics: dict[str, Any] = {"dataset": settings.project.dataset, "method": settings.split.method}
     for name, df in parts.items():
         metrics[name] = {

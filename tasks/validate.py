@@ -205,7 +205,7 @@ def summarize(dataset: str, files: dict[str, str], failures: list[dict[str, Any]
         if "unexpected_count" in f:
             text += f" — {f['unexpected_count']} of {f['rows_checked']} row(s) fail"
             if f["sample_rows"]:
-                text += f"; rows {f['sample_rows']}"
+                text += f"; rows {f['sample_rows']} (0 = the first data row)"
             if f["sample_values"]:
                 text += f"; sample values {f['sample_values']}"
         elif "observed" in f:
@@ -218,13 +218,15 @@ def summarize(dataset: str, files: dict[str, str], failures: list[dict[str, Any]
     return "\n".join(lines)
 
 
-def _provenance(raw: Path, ingest_metrics: Path, table: str) -> str:
-    """``data/raw/<ds>/x.parquet (from <source file>)`` when ingest recorded its source."""
+def _provenance(raw: Path, ingest_metrics: Path, table: str, dataset: str) -> str:
+    """``data/raw/<ds>/x.parquet (from <source file>)`` when ingest recorded its source for
+    this dataset (``metrics/ingest.json`` is one file: the last ingest may be another one's)."""
     try:
-        sources = json.loads(ingest_metrics.read_text())["sources"][table]
+        recorded = json.loads(ingest_metrics.read_text())
+        sources = recorded["sources"][table] if recorded["dataset"] == dataset else None
     except (OSError, ValueError, KeyError, TypeError):
-        return str(raw)
-    return f"{raw} (from {', '.join(sources)})"
+        sources = None
+    return f"{raw} (from {', '.join(sources)})" if sources else str(raw)
 
 
 class LoadDrift(NamedTuple):
@@ -255,7 +257,8 @@ def validate(settings: Settings) -> StageResult:
     cfg = settings.validate_
     paths = settings.paths
     frames = {t: read_raw(paths.raw(t)) for t in ("interactions", "items")}
-    files = {t: _provenance(paths.raw(t), paths.metrics("ingest"), t) for t in frames}
+    dataset = settings.project.dataset
+    files = {t: _provenance(paths.raw(t), paths.metrics("ingest"), t, dataset) for t in frames}
     checked, failures = run_expectations(frames, cfg)
     stats: dict[str, Any] = {}
     drift: LoadDrift | None = None
@@ -275,12 +278,13 @@ def validate(settings: Settings) -> StageResult:
                     "table": "interactions",
                     "expectation": "min_user_interactions",
                     "column": "user_id",
-                    "unexpected_count": users_dropped,
+                    "unexpected_count": len(frames["interactions"]),  # every row is dropped
                     "rows_checked": len(frames["interactions"]),
                     "sample_values": [],
                     "sample_rows": [],
                     "hint": f"no user has at least {cfg.min_user_interactions} interactions "
-                    "(validate.min_user_interactions), so nothing is left to train on",
+                    f"(validate.min_user_interactions; all {users_dropped} users are below), "
+                    "so nothing is left to train on",
                 }
             )
         else:

@@ -59,6 +59,11 @@ def test_apply_overrides_does_not_mutate_input():
             "leave_one_out needs validate.min_user_interactions >= 3",
         ),
         ("project.dataset=../escape", "project.dataset: String should match pattern"),
+        ("evaluate.ks=[]", "evaluate: ks must be distinct cut-offs >= 1"),
+        ("evaluate.ks=[0, 10]", "evaluate: ks must be distinct cut-offs >= 1"),
+        ("evaluate.ks=[10, 10]", "evaluate: ks must be distinct cut-offs >= 1"),
+        ("evaluate.num_beams=5", "num_beams (5) must be >= the largest K in ks (20)"),
+        ("register.gate_metric=valid.ndcg@50", "valid.ndcg@50 needs K=50 in evaluate.ks"),
     ],
 )
 def test_bad_values_are_reported_with_their_key(project, override, expected):
@@ -73,11 +78,20 @@ def test_a_teacher_share_without_the_teacher_is_refused(project):
     load_settings("params.yaml", ["sft.distill=0"])  # no share: fine
 
 
+def test_a_gate_cut_off_outside_evaluate_ks_is_fine_without_registration(project):
+    settings = load_settings(
+        "params.yaml", ["register.gate_metric=valid.ndcg@50", "register.enabled=false"]
+    )
+    assert settings.evaluate.ks == [1, 5, 10, 20]
+
+
 def test_malformed_override_and_files(project, tmp_path):
     with pytest.raises(ConfigError, match="section.key=value"):
         load_settings("params.yaml", ["max_history"])
     with pytest.raises(ConfigError, match="configuration file not found"):
         load_settings(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="not a file; --config takes a params.yaml file"):
+        load_settings(tmp_path)
     bad = tmp_path / "bad.yaml"
     bad.write_text("split: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
@@ -118,7 +132,9 @@ def test_renamed_keys_name_their_new_place(tmp_path):
 
 
 def test_sasrec_heads_must_divide_hidden(project):
-    with pytest.raises(ConfigError, match=r"sasrec.heads: Value error, must divide sasrec.hidden"):
+    with pytest.raises(
+        ConfigError, match=r"sasrec.heads: must divide sasrec.hidden \(10\) \(got 3\)"
+    ):
         load_settings("params.yaml", ["sasrec.hidden=10", "sasrec.heads=3"])
     assert load_settings("params.yaml", ["sasrec.max_len=50"]).sasrec.max_len == 50
 

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import stat
+
 import pandas as pd
 import pytest
 
+import sidrec.io
 from sidrec.errors import InputError
-from sidrec.io import AtomicOutputs, atomic_write_json, read_table
+from sidrec.io import AtomicOutputs, atomic_write_json, read_table, replace_dir
 from sidrec.schemas import INTERACTIONS
 
 
@@ -53,6 +56,29 @@ def test_a_staged_folder_replaces_the_old_one_whole_or_not_at_all(tmp_path):
         assert [p.name for p in folder.iterdir()] == ["old.bin"]
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
     assert [p.name for p in folder.iterdir()] == ["new.bin"]  # nothing of the old folder left
+
+
+def test_published_outputs_are_readable_by_other_users_as_the_umask_allows(tmp_path, monkeypatch):
+    """Staging goes through mkstemp/mkdtemp (owner-only); published outputs get open()'s mode."""
+    monkeypatch.setattr(sidrec.io, "UMASK", 0o022)
+
+    def mode(path):
+        return stat.S_IMODE(path.stat().st_mode)
+
+    with AtomicOutputs() as out:
+        out.parquet(_frame(), tmp_path / "a.parquet", INTERACTIONS)
+        out.json({"k": 1}, tmp_path / "b.json")
+        out.folder(tmp_path / "model", lambda tmp: (tmp / "w.bin").write_text("w"))
+    atomic_write_json(tmp_path / "c.json", {})
+    staged = tmp_path / ".best"
+    staged.mkdir(mode=0o700)
+    replace_dir(staged, tmp_path / "best")
+    assert [mode(tmp_path / name) for name in ("a.parquet", "b.json", "c.json")] == [0o644] * 3
+    assert mode(tmp_path / "model") == mode(tmp_path / "best") == 0o755
+
+    monkeypatch.setattr(sidrec.io, "UMASK", 0o077)  # a user who wants owner-only files gets them
+    atomic_write_json(tmp_path / "d.json", {})
+    assert mode(tmp_path / "d.json") == 0o600
 
 
 def test_read_table_checks_schema(tmp_path):

@@ -194,3 +194,37 @@ def test_config_rejects_inverted_window(tmp_path):
             start=dt.date(2020, 2, 1),
             end=dt.date(2020, 1, 1),
         )
+
+
+@pytest.mark.parametrize(
+    ("version", "rating"),
+    [("2018", "five"), ("2018", "inf"), ("2018", "NaN"), ("2023", "-inf"), ("2023", [5])],
+    ids=["five", "inf", "NaN", "2023-minus-inf", "2023-list"],
+)
+def test_ratings_that_are_not_numbers(tmp_path, amazon, version, rating):
+    """A text rating must not become a missing one, which ``min_rating`` would count as too low."""
+    if version == "2018":
+        reviews = [amazon.review18("U1", "I1", T0), amazon.review18("U2", "I1", T0, rating=rating)]
+        meta, field = [amazon.meta18("I1", "One")], "overall"
+    else:
+        reviews = [amazon.review23("U1", "P1", T0 * 1000), amazon.review23("U2", "P1", 0, rating)]
+        meta, field = [amazon.meta23("P1", "One")], "rating"
+    rpath = amazon.write_jsonl(tmp_path / "r.json", reviews)
+    mpath = amazon.write_jsonl(tmp_path / "m.json", meta)
+    with pytest.raises(InputError) as err:
+        read_amazon(AmazonConfig(reviews=rpath, meta=mpath), min_rating=4)
+    text = str(err.value)
+    assert text.startswith(f"{rpath}, column '{field}': 1 rating(s) are not numbers"), text
+    assert f"(rows 1); sample values: {rating!r}" in text
+
+
+@pytest.mark.parametrize("time", ["inf", "-Infinity", 1e30, 10**25])
+def test_review_times_that_are_no_dates(tmp_path, good_meta, amazon, time):
+    bad = {**amazon.review18("U2", "I1", T0), "unixReviewTime": time}
+    path = amazon.write_jsonl(tmp_path / "r.json", [amazon.review18("U1", "I1", T0), bad])
+    text = raises_for(
+        AmazonConfig(reviews=path, meta=good_meta),
+        path,
+        "1 review time(s) are not numbers or not dates",
+    )
+    assert "column 'unixReviewTime'" in text and f"sample values: {time!r}" in text

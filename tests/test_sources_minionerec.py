@@ -204,7 +204,7 @@ def test_missing_folder(tmp_path):
 
 
 def test_a_file_instead_of_a_folder():
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="ingest.path names a file; .* give the folder"):
         read_minionerec(VALID_CSV)
 
 

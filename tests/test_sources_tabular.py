@@ -3,6 +3,8 @@ from __future__ import annotations
 import gzip
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from sidrec.errors import InputError
@@ -117,3 +119,160 @@ def test_gzip_csv_is_rejected_with_a_hint(tmp_path, write_csv_dataset):
     inter.write_bytes(gzip.compress(inter.read_bytes()))
     with pytest.raises(InputError, match=str(inter)):
         read_tabular(inter, items)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "1e30", "-1e30"])
+def test_timestamps_that_are_no_dates_are_unparseable(tmp_path, write_csv_dataset, value):
+    inter, items = write_csv_dataset(
+        tmp_path, f"user_id,item_id,timestamp\n1,a,1600000000500\n1,b,{value}\n"
+    )
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    text = str(err.value)
+    assert str(inter) in text and "column 'timestamp'" in text
+    assert (
+        "1 timestamp(s) cannot be parsed" in text and f"(rows 1); sample values: '{value}'" in text
+    )
+
+
+def test_float_timestamps_too_large_for_a_date_from_parquet(tmp_path, write_csv_dataset):
+    _, items = write_csv_dataset(tmp_path)
+    inter = tmp_path / "i.parquet"
+    pd.DataFrame(
+        {"user_id": ["1", "1"], "item_id": ["a", "b"], "timestamp": [1.6e9, 1e30]}
+    ).to_parquet(inter)
+    with pytest.raises(InputError, match=r"column 'timestamp'.*cannot be parsed.*'1e\+30'"):
+        read_tabular(inter, items)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("inf", "'inf'"), ("-inf", "'-inf'"), ("Infinity", "'Infinity'")]
+)
+def test_infinite_ratings_are_not_numbers(tmp_path, write_csv_dataset, value, shown):
+    inter, items = write_csv_dataset(
+        tmp_path, f"user_id,item_id,timestamp,rating\n1,a,1600000000,4\n1,b,1600000001,{value}\n"
+    )
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    text = str(err.value)
+    assert (
+        str(inter) in text and "column 'rating'" in text and "1 rating(s) are not numbers" in text
+    )
+    assert f"(rows 1); sample values: {shown}" in text
+
+
+def test_nan_rating_text_in_parquet_is_not_a_number(tmp_path, write_csv_dataset):
+    """In CSV, "nan" is one of pandas' missing-value markers (like an empty cell); in a Parquet
+    string column it is text, which is no rating."""
+    _, items = write_csv_dataset(tmp_path)
+    inter = tmp_path / "i.parquet"
+    pd.DataFrame(
+        {"user_id": ["1", "1"], "item_id": ["a", "b"], "timestamp": [1, 2], "rating": ["4", "nan"]}
+    ).to_parquet(inter)
+    with pytest.raises(InputError, match=r"i\.parquet, column 'rating'.*not numbers.*'nan'"):
+        read_tabular(inter, items)
+
+
+def test_binary_extra_item_column_is_dropped(tmp_path, write_csv_dataset):
+    inter, _ = write_csv_dataset(tmp_path)
+    items = tmp_path / "items.parquet"
+    pd.DataFrame(
+        {
+            "item_id": list("abcd"),
+            "title": list("ABCD"),
+            "image": [b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff\xe0", b"", None],
+            "color": ["red", "blue", "green", "grey"],
+        }
+    ).to_parquet(items)
+    tables = read_tabular(inter, items)
+    assert tables.items.columns.tolist() == ["item_id", "title", "color"]
+    assert tables.notes["binary_item_columns_dropped"] == 1
+
+
+@pytest.mark.parametrize("column", ["title", "categories", "item_id"])
+def test_binary_value_in_a_column_the_pipeline_reads(tmp_path, write_csv_dataset, column):
+    inter, _ = write_csv_dataset(tmp_path)
+    items = tmp_path / "items.parquet"
+    frame = pd.DataFrame(
+        {"item_id": list("abcd"), "title": list("ABCD"), "categories": list("wxyz")}
+    )
+    frame[column] = [b"ok", b"\x89PNG\r\n\x1a\n" + bytes(1000), b"c", b"d"]
+    frame.to_parquet(items)
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    text = str(err.value)
+    assert f"{items}, column '{column}': 1 value(s) are binary data" in text
+    assert "(rows 1); sample values: b'\\x89PNG\\r\\n\\x1a\\n\\x00" in text and len(text) < 400
+
+
+def test_binary_user_ids_are_an_input_error(tmp_path, write_csv_dataset):
+    _, items = write_csv_dataset(tmp_path)
+    inter = tmp_path / "i.parquet"
+    pd.DataFrame({"user_id": [b"\xff\xfe"], "item_id": ["a"], "timestamp": [1]}).to_parquet(inter)
+    with pytest.raises(InputError, match=r"i\.parquet, column 'user_id': 1 value\(s\) are binary"):
+        read_tabular(inter, items)
+
+
+def test_list_text_fields_are_joined(tmp_path, write_csv_dataset):
+    inter, _ = write_csv_dataset(tmp_path)
+    items = tmp_path / "items.parquet"
+    pd.DataFrame(
+        {
+            "item_id": list("abcd"),
+            "title": ["A", "B", "C", "D"],
+            "description": [["Strong.", "Sticky."], None, [], ["Plain."]],
+            "categories": [["Tools", "Tapes"], ["Tools"], ["Tools", None, "Glue"], None],
+        }
+    ).to_parquet(items)
+    got = read_tabular(inter, items).items
+    assert got["categories"].tolist() == ["Tools, Tapes", "Tools", "Tools, Glue", pd.NA]
+    assert got["description"].tolist() == ["Strong., Sticky.", pd.NA, "", "Plain."]
+
+
+@pytest.mark.parametrize("table", ["interactions", "items"])
+def test_list_ids_are_an_input_error(tmp_path, write_csv_dataset, table):
+    inter, items = write_csv_dataset(tmp_path)
+    if table == "items":
+        items = tmp_path / "items.parquet"
+        pd.DataFrame({"item_id": [["a", "b"], ["c"]], "title": ["AB", "C"]}).to_parquet(items)
+        path = items
+    else:
+        inter = tmp_path / "i.parquet"
+        pd.DataFrame({"user_id": ["1"], "item_id": [["a", "b"]], "timestamp": [1]}).to_parquet(
+            inter
+        )
+        path = inter
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    text = str(err.value)
+    assert f"{path}, column 'item_id'" in text and "id(s) are lists" in text
+    assert "sample values: ['a', 'b']" in text
+
+
+@pytest.mark.parametrize(
+    "header", ["user_id,item_id,timestamp,timestamp", "user_id,item_id,timestamp, timestamp "]
+)
+def test_duplicate_csv_column_names_are_rejected(tmp_path, write_csv_dataset, header):
+    inter, items = write_csv_dataset(tmp_path, f"{header}\n1,a,1600000000,1600000001\n")
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    assert str(err.value).startswith(
+        f"{inter}, column 'timestamp': interactions file has duplicate column name(s) ['timestamp']"
+    )
+
+
+def test_duplicate_parquet_column_names_read_like_csv(tmp_path, write_csv_dataset):
+    _, items = write_csv_dataset(tmp_path)
+    inter = tmp_path / "i.parquet"
+    columns = [pa.array(["1"]), pa.array(["a"]), pa.array([1]), pa.array([2])]
+    pq.write_table(pa.table(columns, names=["user_id", "item_id", "timestamp", "timestamp"]), inter)
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    assert str(err.value).startswith(
+        f"{inter}, column 'timestamp': interactions file has duplicate column name(s) ['timestamp']"
+    )
+
+
+def test_blank_csv_header_names_are_no_duplicates(tmp_path, write_csv_dataset):
+    inter, items = write_csv_dataset(tmp_path, "user_id,item_id,timestamp,,\n1,a,1600000000,,\n")
+    assert read_tabular(inter, items).interactions["timestamp"].tolist() == [1_600_000_000]

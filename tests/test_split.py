@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from sidrec.config import SplitConfig
+from sidrec.errors import InputError
 from tasks.ingest import ingest
 from tasks.split import leave_one_out, sliding_window, split
 from tasks.validate import validate
@@ -85,6 +87,23 @@ def test_split_stage_writes_parquet_with_schema(project, write_csv_dataset, csv_
     test = pd.read_parquet(settings.paths.split("test"))
     assert test.columns.tolist() == ["user_id", "history", "target", "timestamp"]
     assert sorted(test["target"]) == ["d", "d", "d"]
+
+
+def test_a_split_that_leaves_a_part_empty_is_refused_and_writes_nothing(
+    project, write_csv_dataset, csv_settings
+):
+    inter, items = write_csv_dataset(project / "src")
+    split_cfg = {"method": "sliding_window", "ratios": [0.9, 0.05, 0.05]}  # of 9 samples
+    settings = csv_settings(project, inter, items, split=split_cfg)
+    ingest(settings)
+    validate(settings)
+    with pytest.raises(InputError) as refused:
+        split(settings)
+    message = str(refused.value)
+    assert "split's test part is empty (train 8, valid 1, test 0)" in message
+    assert "split.ratios [0.9, 0.05, 0.05]" in message
+    assert not any(settings.paths.split(name).exists() for name in ("train", "valid", "test"))
+    assert not settings.paths.metrics("split").exists()
 
 
 def test_csv_ties_follow_the_file_through_ingest_and_validate(

@@ -61,6 +61,7 @@ def test_null_ids_are_reported_with_rows(failure):
     )
     assert f["unexpected_count"] == 1 and f["sample_rows"] == [1]
     assert "interactions.csv" in str(err) and "column 'user_id'" in str(err)
+    assert "rows [1] (0 = the first data row)" in str(err)
 
 
 def test_unknown_items_and_far_future_and_duplicates(failure):
@@ -71,6 +72,23 @@ def test_unknown_items_and_far_future_and_duplicates(failure):
     assert by_exp["expect_column_values_to_be_between"]["sample_values"] == [4102444800]
     assert by_exp["expect_compound_columns_to_be_unique"]["unexpected_count"] == 2
     assert "4102444800" in str(err)
+
+
+def test_a_failure_names_the_file_its_own_dataset_came_from(
+    project, write_csv_dataset, csv_settings
+):
+    """metrics/ingest.json holds the last ingest's sources, which may be another dataset's."""
+    duplicated = "user_id,item_id,timestamp\n1,a,1600000000\n1,a,1600000000\n1,b,1600000001\n"
+    bad = csv_settings(project, *write_csv_dataset(project / "bad", duplicated), dataset="t")
+    ingest(bad)
+    ingest(csv_settings(project, *write_csv_dataset(project / "good"), dataset="other"))
+    with pytest.raises(ValidationFailed) as err:
+        validate(bad)
+    assert "good" not in str(err.value) and "data/raw/t/interactions.parquet" in str(err.value)
+    ingest(bad)
+    with pytest.raises(ValidationFailed) as err:
+        validate(bad)
+    assert f"(from {project / 'bad' / 'interactions.csv'})" in str(err.value)
 
 
 def test_catalog_problems(failure):
@@ -92,6 +110,7 @@ def test_user_filter_counts_and_nothing_left_fails(failure):
     err, report = failure(one_each)
     assert report["failures"][0]["expectation"] == "min_user_interactions"
     assert "no user has at least 3 interactions" in str(err)
+    assert "all 3 users are below" in str(err) and "3 of 3 row(s) fail" in str(err)
 
 
 def test_filter_users_counts_dropped():

@@ -24,7 +24,13 @@ import pandas as pd
 from sidrec.config import AmazonConfig
 from sidrec.errors import InputError
 from sidrec.progress import ProgressBar
-from sidrec.sources.common import SourceTables, finish, normalize_ids
+from sidrec.sources.common import (
+    SourceTables,
+    finish,
+    normalize_ids,
+    parse_ratings,
+    within_dates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +109,12 @@ def read_reviews(path: Path) -> tuple[pd.DataFrame, str]:
             path=path,
             rows=missing[missing].index[:5].tolist(),
         )
-    seconds = pd.to_numeric(df["time"], errors="coerce") / fields[4]
+    seconds = within_dates(pd.to_numeric(df["time"], errors="coerce") / fields[4])
     if seconds.isna().any():
         bad = seconds.isna()
         raise InputError(
-            f"{int(bad.sum())} review time(s) are not numbers",
+            f"{int(bad.sum())} review time(s) are not numbers or not dates (expected Unix "
+            f"{'seconds' if fields[4] == 1 else 'milliseconds'} between the years 1677 and 2262)",
             path=path,
             column=fields[3],
             rows=bad[bad].index[:5].tolist(),
@@ -118,7 +125,7 @@ def read_reviews(path: Path) -> tuple[pd.DataFrame, str]:
             "user_id": normalize_ids(df["user_id"].astype(str)),
             "item_id": normalize_ids(df["item_id"].astype(str)),
             "timestamp": seconds.astype("int64").astype("Int64"),
-            "rating": pd.to_numeric(df["rating"], errors="coerce").astype(float),
+            "rating": parse_ratings(df["rating"], path, fields[2]),
         }
     )
     blank = out["user_id"].isna() | out["item_id"].isna()

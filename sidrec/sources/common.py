@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,9 @@ log = logging.getLogger(__name__)
 ITEM_TEXT_FIELDS = ("title", "description", "brand", "categories")
 MS_THRESHOLD = 1e11
 """Numeric timestamps above this are milliseconds (1e11 s is the year 5138)."""
+MAX_SECONDS = pd.Timestamp.max.value // 10**9
+"""Unix seconds of this size or more (or infinite) are no date: beyond pandas' Timestamp range
+(the years 1677 to 2262), they would overflow int64 or any date arithmetic downstream."""
 
 
 @dataclass
@@ -45,6 +49,7 @@ def read_frame(path: Path, what: str) -> pd.DataFrame:
         raise InputError(f"{what} file is empty (0 bytes)", path=path)
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
+            require_unique_columns(pq.read_schema(path).names, path, what)
             return pq.read_table(path).to_pandas()
         except (pa.ArrowInvalid, OSError) as exc:
             raise InputError(f"{what} file is not readable Parquet ({exc})", path=path) from None
@@ -68,6 +73,10 @@ def read_frame(path: Path, what: str) -> pd.DataFrame:
         raise InputError(f"{what} file has no header line", path=path) from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{what} file is not valid CSV ({str(exc).strip()})", path=path) from None
+    # pandas renames a repeated header name ("timestamp.1"), so check the header as written;
+    # blank names are no duplicates (pandas names them "Unnamed: n")
+    header = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
+    require_unique_columns([c.strip() for c in header.iloc[0] if c.strip()], path, what)
     df.columns = [str(c).strip() for c in df.columns]
     df.attrs["delimiter_hint"] = _delimiter_hint(text_head, sep, list(df.columns))
     return df
@@ -89,6 +98,17 @@ def _delimiter_hint(text_head: str, sep: str, columns: list[str]) -> str:
         if found != sep
         else ""
     )
+
+
+def require_unique_columns(columns: list[str], path: Path, what: str) -> None:
+    repeated = [c for c, n in Counter(columns).items() if n > 1]
+    if repeated:
+        raise InputError(
+            f"{what} file has duplicate column name(s) {repeated}; which one to read is "
+            "ambiguous, rename or remove the extra column(s)",
+            path=path,
+            column=repeated[0],
+        )
 
 
 def require_columns(df: pd.DataFrame, columns: tuple[str, ...], path: Path, what: str) -> None:
@@ -120,7 +140,7 @@ def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5
     text = values.astype("string").str.strip()
     present = text.notna() & (text != "")
     numeric = pd.to_numeric(text.where(present), errors="coerce").astype("float64")
-    seconds = numeric.where(numeric.abs() < MS_THRESHOLD, numeric / 1000.0)
+    seconds = within_dates(numeric.where(numeric.abs() < MS_THRESHOLD, numeric / 1000.0))
     needs_parse = present & numeric.isna()
     if needs_parse.any():
         parsed = pd.to_datetime(text.where(needs_parse), errors="coerce", utc=True, format="mixed")
@@ -131,13 +151,36 @@ def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5
     if bad.any():
         rows = np.flatnonzero(bad.to_numpy())
         raise InputError(
-            f"{int(bad.sum())} timestamp(s) cannot be parsed (expected Unix seconds/milliseconds or ISO 8601)",
+            f"{int(bad.sum())} timestamp(s) cannot be parsed (expected Unix seconds/milliseconds "
+            "or ISO 8601, between the years 1677 and 2262)",
             path=path,
             column=column,
             rows=rows[:sample].tolist(),
             values=text[bad].head(sample).tolist(),
         )
     return np.floor(seconds.astype("float64")).astype("Int64")
+
+
+def within_dates(seconds: pd.Series) -> pd.Series:
+    """``seconds`` with the values that cannot be a date (infinite, too large) made missing."""
+    return seconds.where(seconds.abs() < MAX_SECONDS)
+
+
+def parse_ratings(values: pd.Series, path: Path, column: str, sample: int = 5) -> pd.Series:
+    """Ratings as floats; missing values stay missing. Anything else that is not a finite number
+    ("five", "inf", "nan" as text, a list) raises an InputError rather than becoming a missing
+    rating, which ``ingest.min_rating`` would silently count as too low."""
+    rating = pd.to_numeric(values, errors="coerce").astype("float64")
+    bad = values.notna() & ~np.isfinite(rating)
+    if bad.any():
+        raise InputError(
+            f"{int(bad.sum())} rating(s) are not numbers (expected finite values such as 4 or 4.5)",
+            path=path,
+            column=column,
+            rows=np.flatnonzero(bad.to_numpy())[:sample].tolist(),
+            values=values[bad].head(sample).tolist(),
+        )
+    return rating
 
 
 def finish(

@@ -27,6 +27,12 @@ SYNTHETIC_EPOCH = 946_684_800  # 2000-01-01T00:00:00Z
 
 def find_files(folder: Path) -> dict[str, list[Path]]:
     """The recognised files of a MiniOneRec folder, by kind."""
+    if folder.is_file():
+        raise InputError(
+            "ingest.path names a file; the minionerec source reads a MiniOneRec data folder "
+            "(*.item.json, *.index.json, train/valid/test CSVs): give the folder",
+            path=folder,
+        )
     if not folder.is_dir():
         raise InputError("MiniOneRec data folder does not exist", path=folder)
     found: dict[str, list[Path]] = {
