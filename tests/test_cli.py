@@ -139,6 +139,19 @@ def test_bad_config_is_reported_before_anything_runs(project):
     assert not (project / "data").exists()
 
 
+def test_paths_that_cannot_hold_outputs_are_named_with_exit_code_1(project, write_csv_dataset):
+    inter, items = write_csv_dataset(project / "src")
+    flags = ["--source", "csv", "--interactions", str(inter), "--items", str(items)]
+    blocker = project / "a-file"
+    blocker.write_text("")
+    result = runner.invoke(app, ["ingest", *flags, "--set", f"project.data_dir={blocker}/data"])
+    assert result.exit_code == 1, result.output
+    assert f"{blocker}/data" in result.output and "Not a directory" in result.output
+    result = runner.invoke(app, ["ingest", *flags, "--set", f"project.metrics_dir={blocker}"])
+    assert result.exit_code == 1 and "project.metrics_dir: a file, not a folder" in result.output
+    assert "Traceback" not in result.output and not (project / "data").exists()
+
+
 def test_stage_commands_and_help(project, write_csv_dataset):
     inter, items = write_csv_dataset(project / "src")
     flags = [
