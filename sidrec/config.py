@@ -309,6 +309,10 @@ class SftConfig(_Section):
     window: int = Field(50, ge=2)
     """sequence: items per training window (``window × (SID length + 1) + 1`` tokens must fit
     ``model.max_length``)."""
+    window_stride: int | None = Field(None, ge=1)
+    """sequence: items between the ends of a user's consecutive windows, newest first; a
+    stride below ``window`` makes windows overlap, so an item is a target more than once per
+    epoch, each time after another context. null: ``window`` (every item once)."""
     tasks: list[Literal["seq_rec", "sid2title", "title2sid", "title_history"]] = [
         "seq_rec",
         "sid2title",
@@ -393,6 +397,15 @@ class SftConfig(_Section):
     """champion: start from the registered champion's model (retraining; pair it with
     ``sids.incremental: true`` so existing items keep the SIDs the champion learned);
     none, or no champion registered yet: a fresh model from ``model``."""
+
+    @model_validator(mode="after")
+    def _stride_within_the_window(self) -> SftConfig:
+        if self.window_stride is not None and self.window_stride > self.window:
+            raise ValueError(
+                f"window_stride ({self.window_stride}) > window ({self.window}) would skip "
+                "items between windows; use at most window"
+            )
+        return self
 
     @model_validator(mode="after")
     def _future_needs_the_teacher(self) -> SftConfig:

@@ -59,6 +59,7 @@ def test_apply_overrides_does_not_mutate_input():
             "leave_one_out needs validate.min_user_interactions >= 3",
         ),
         ("project.dataset=../escape", "project.dataset: String should match pattern"),
+        ("sft.window_stride=60", "sft: window_stride (60) > window (50) would skip items"),
         ("evaluate.ks=[]", "evaluate: ks must be distinct cut-offs >= 1"),
         ("evaluate.ks=[0, 10]", "evaluate: ks must be distinct cut-offs >= 1"),
         ("evaluate.ks=[10, 10]", "evaluate: ks must be distinct cut-offs >= 1"),

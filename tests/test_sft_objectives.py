@@ -42,6 +42,19 @@ def test_windows_hold_every_interaction_once_newest_first():
     ]
     flat = [i for w in windows for i in w]
     assert sorted(flat) == sorted(i for s in sequences.values() for i in s)
+    assert sequence_windows(_train(sequences), window=5, stride=5) == windows
+
+
+def test_overlapping_windows_stop_at_the_first_that_reaches_the_oldest_item():
+    sequences = {"u1": [f"a{k}" for k in range(12)], "u2": ["b0", "b1", "b2"]}
+    windows = sequence_windows(_train(sequences), window=5, stride=3)
+    assert windows == [
+        ["a7", "a8", "a9", "a10", "a11"],
+        ["a4", "a5", "a6", "a7", "a8"],
+        ["a1", "a2", "a3", "a4", "a5"],
+        ["a0", "a1", "a2"],  # reaches a0: u1's last window
+        ["b0", "b1", "b2"],
+    ]
 
 
 def test_holding_out_recent_rows_cuts_each_users_newest_items_and_keeps_one_row():

@@ -62,14 +62,21 @@ def recent_rows(split: pd.DataFrame, per_user: int | None) -> pd.DataFrame:
     )
 
 
-def sequence_windows(train: pd.DataFrame, window: int) -> list[list[str]]:
-    """Each user's train sequence cut into windows of up to ``window`` items, newest first, so
-    every train interaction is in exactly one window."""
-    return [
-        sequence[max(0, end - window) : end]
-        for sequence in train_sequences(train)
-        for end in range(len(sequence), 0, -window)
-    ]
+def sequence_windows(
+    train: pd.DataFrame, window: int, stride: int | None = None
+) -> list[list[str]]:
+    """Each user's train sequence cut into windows of up to ``window`` items, newest first, the
+    next window ending ``stride`` items before (null: ``window``, so every train interaction is
+    in exactly one window); a user's windows end with the first one that reaches the oldest
+    item."""
+    step = stride or window
+    windows = []
+    for sequence in train_sequences(train):
+        for end in range(len(sequence), 0, -step):
+            windows.append(sequence[max(0, end - window) : end])
+            if end <= window:
+                break
+    return windows
 
 
 def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:
@@ -87,10 +94,11 @@ def without_recent_rows(train: pd.DataFrame, per_user: int) -> pd.DataFrame:
 
 def sft_windows(settings: Settings, train: pd.DataFrame) -> list[list[str]]:
     """The sequence windows SFT trains on (``sft.objective: sequence``): the train split less
-    each user's ``sft.holdout_recent`` newest rows, cut into windows of ``sft.window`` items.
-    GRPO's ``sft_anchor`` replays the same windows."""
+    each user's ``sft.holdout_recent`` newest rows, cut into windows of ``sft.window`` items
+    every ``sft.window_stride`` items. GRPO's ``sft_anchor`` replays the same windows."""
     cfg = settings.sft
-    return sequence_windows(without_recent_rows(train, cfg.holdout_recent), cfg.window)
+    kept = without_recent_rows(train, cfg.holdout_recent)
+    return sequence_windows(kept, cfg.window, cfg.window_stride)
 
 
 def recommender_options(settings: Settings) -> dict[str, Any]:
