@@ -30,6 +30,8 @@ from typing import Any, NamedTuple
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,8 @@ class Recommender:
         history left empty (or sent empty) gets the most popular items, flagged ``fallback``.
         One unknown id never fails the request."""
         k = self.generation.top_k if k is None else int(k)
+        if not 1 <= k <= self.n_items:  # before any row is ranked: every row asks the same k
+            raise ValueError(f"k must be between 1 and the catalog size {self.n_items}, got {k}")
         index = self.ranker.index
         known = [[i for i in map(str, h) if i in index] for h in histories]
         unknown = [[i for i in map(str, h) if i not in index] for h in histories]
@@ -208,13 +212,18 @@ class Recommender:
 
 
 def parse_history(value: Any, row: int = 0) -> list[str]:
-    """One ``history`` cell as item ids: a list/array of ids (strings or integers) or a
-    comma-separated string (``"50, 172"``); an empty list or string is an empty history."""
+    """One ``history`` cell as item ids: a list/array of ids (strings or integers; whole-number
+    floats, as JSON clients may send integers, count as integers) or a comma-separated string
+    (``"50, 172"``); an empty list or string, a null or a missing cell is an empty history."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return []
     if isinstance(value, (list, tuple, np.ndarray)):
         ids = []
         for item in value:
+            if isinstance(item, (float, np.floating)) and float(item).is_integer():
+                item = int(item)
             if isinstance(item, (str, int, np.integer)) and not isinstance(item, bool):
                 ids.append(str(item).strip())
             else:
@@ -249,13 +258,18 @@ class SidRecommenderModel(PythonModel):
         ``titles`` and ``scores`` (lists, best first), ``unknown_items`` (history items the
         model dropped) and ``fallback`` (true: popularity, no known history item)."""
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-        if "history" not in frame.columns:
-            raise ValueError(
-                f"input needs a 'history' column (item ids), got columns {list(frame.columns)}"
-            )
-        histories = [parse_history(value, row) for row, value in enumerate(frame["history"])]
-        k = (params or {}).get("k")
-        recs = self.recommender.recommend(histories, k=None if k is None else int(k))
+        try:
+            if "history" not in frame.columns:
+                raise ValueError(
+                    f"input needs a 'history' column (item ids), got columns {list(frame.columns)}"
+                )
+            histories = [parse_history(value, row) for row, value in enumerate(frame["history"])]
+            k = (params or {}).get("k")
+            recs = self.recommender.recommend(histories, k=None if k is None else int(k))
+        except ValueError as exc:
+            # a request error: the scoring server answers 400 with this message (any other
+            # exception becomes a generic message and a stack trace sent to the client)
+            raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from None
         return pd.DataFrame(recs._asdict(), index=frame.index)
 
 

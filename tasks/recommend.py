@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
+from mlflow.exceptions import MlflowException
 from prefect import task
 
 from sidrec.config import Settings
@@ -76,8 +77,9 @@ def predict(champion: Champion, histories: Sequence[Sequence[str]], k: int) -> p
     frame = pd.DataFrame({"history": [list(h) for h in histories]})
     try:
         return champion.model.predict(frame, params={"k": k})
-    except ValueError as exc:  # the model's message names the bad items
-        raise InputError(f"{champion.uri}: {exc}") from None
+    except (ValueError, MlflowException) as exc:  # the model's message names what it refused
+        message = exc.message if isinstance(exc, MlflowException) else str(exc)
+        raise InputError(f"{champion.uri}: {message}") from None
 
 
 class Recommended(NamedTuple):

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,9 @@ def test_recommend_errors(settings: Settings, root: Path, tiny_project) -> None:
         recommend(settings, user="ghost", champion=champion)
     with pytest.raises(InputError, match="either a user id or a history"):
         recommend(settings, champion=champion)
+    for history in (["i1"], ["unknown"]):  # model rows and fallback rows alike
+        with pytest.raises(InputError, match=r"k must be between 1 and the catalog size \d+, got"):
+            recommend(settings, history=history, k=10**10, champion=champion)
     other = tiny_project.settings(root, register={"model_name": "never-registered"})
     with pytest.raises(InputError, match="'never-registered' is not registered"):
         load_champion(other)
@@ -158,6 +162,14 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+def _post(port: int, body: dict) -> urllib.request.Request:
+    return urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+
+
 def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
     """`mlflow models serve -m models:/<name>@champion` answers /invocations with top-K titles."""
     titles = tiny_project.titles
@@ -189,17 +201,25 @@ def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
                     )
                 time.sleep(1)
         body = {"dataframe_records": [{"history": ["i1", "i2"]}, {"history": "i5,i4"}]}
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/invocations",
-            data=json.dumps({**body, "params": {"k": 3}}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(
+            _post(port, {**body, "params": {"k": 3}}), timeout=60
+        ) as response:
             predictions = json.loads(response.read())["predictions"]
         assert len(predictions) == 2
         for row in predictions:
             assert len(row["item_ids"]) == 3 and len(set(row["item_ids"])) == 3
             assert row["titles"] == [titles[i] for i in row["item_ids"]]
+        # a row without history gets the flagged fallback; a bad k is a 400 that says why
+        null_row = {"dataframe_records": [{"history": ["i1"]}, {"history": None}]}
+        with urllib.request.urlopen(_post(port, null_row), timeout=60) as response:
+            fallbacks = [row["fallback"] for row in json.loads(response.read())["predictions"]]
+        assert fallbacks == [False, True]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(_post(port, {**body, "params": {"k": -1}}), timeout=60)
+        answer = json.loads(refused.value.read())
+        assert refused.value.code == 400 and answer["error_code"] == "INVALID_PARAMETER_VALUE"
+        assert "k must be between 1 and the catalog size" in answer["message"]
+        assert "Traceback" not in json.dumps(answer)
     finally:
         server.terminate()
         try:

@@ -8,6 +8,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+from mlflow.exceptions import MlflowException
 
 from models.lm import load_model_dir
 from models.pyfunc import (
@@ -68,8 +69,12 @@ def test_unknown_history_items_are_dropped_and_named(recommender: Recommender) -
     assert recs.unknown_items == [[], ["nope", "x"], []]
     assert recs.fallback == [False, False, False]
     assert recs.item_ids[1] == recs.item_ids[2]  # the model read "i1" alone
-    with pytest.raises(ValueError, match="k must be between 1 and the catalog size 12"):
-        recommender.recommend([["i0"]], k=13)
+    for k in (13, 0, -1, 10**10):  # one check for every row, fallback rows too
+        for history in (["i0"], []):
+            with pytest.raises(
+                ValueError, match=f"k must be between 1 and the catalog size 12, got {k}"
+            ):
+                recommender.recommend([history], k=k)
 
 
 def test_a_history_with_no_known_item_gets_the_most_popular_items(
@@ -115,14 +120,17 @@ def test_catalog_items_need_sids(model_dir: Path, tiny_project) -> None:
         ("", []),
         (["i1", "i2"], ["i1", "i2"]),
         ([50, 172], ["50", "172"]),
+        ([50.0, 172.0], ["50", "172"]),  # JSON clients may send integers as floats
         (pd.Series(["a", "b"]).to_numpy(), ["a", "b"]),
+        (None, []),  # a null cell: no history (the popularity fallback)
+        (float("nan"), []),
     ],
 )
 def test_parse_history(value: object, expected: list[str]) -> None:
     assert parse_history(value) == expected
 
 
-@pytest.mark.parametrize("value", [None, 3.5, [1.5], [None]])
+@pytest.mark.parametrize("value", [3.5, 7, [1.5], [None], {"a": 1}])
 def test_parse_history_rejects_other_types(value: object) -> None:
     with pytest.raises(ValueError, match="history row 4"):
         parse_history(value, row=4)
@@ -168,3 +176,7 @@ def test_logged_model_loads_and_predicts(
     assert len(loaded.predict(frame, params={"k": 2})["item_ids"].iloc[0]) == 2
     served = loaded.predict(pd.DataFrame({"history": [["nope", "i0"]]}))
     assert list(served["unknown_items"].iloc[0]) == ["nope"] and not served["fallback"].iloc[0]
+    # a request error is an MlflowException the scoring server answers with 400 and its message
+    with pytest.raises(MlflowException, match="history row 1: expected a list") as refused:
+        loaded.predict(pd.DataFrame({"history": [["i0"], 7]}))
+    assert refused.value.error_code == "INVALID_PARAMETER_VALUE"
