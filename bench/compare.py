@@ -3,12 +3,15 @@
     python -m bench.compare /tmp/base /tmp/variant                 # sft of each run, test
     python -m bench.compare /tmp/base /tmp/variant --model grpo --split valid
     python -m bench.compare /tmp/base /tmp/base --model sft --model-b grpo
+    python -m bench.compare base/seed-0 var/seed-0 base/seed-1 var/seed-1   # pooled over seeds
 
 Reads ``metrics/eval_users.parquet`` of each run folder (written by ``evaluate``: one row per
 split, model and user) and prints a markdown table: each model's mean NDCG@10 / HR@10 and the
 paired bootstrap interval of the difference (B - A) over the users both runs scored. The runs
 must come from the same split (the same users, the same targets): a copy of one pipeline
-folder with one stage re-run is the intended use (docs/benchmarks.md).
+folder with one stage re-run is the intended use (docs/benchmarks.md). Several A B pairs (one
+per seed, every seed on the same split) pool as ``bench.quality`` pools seeds: each user's
+score is its mean over the pairs, and the interval is bootstrapped over users.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ METRICS = ("ndcg@10", "hr@10")
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", type=Path, help="folder of run A (holds metrics/)")
-    parser.add_argument("run_b", type=Path, help="folder of run B")
+    parser.add_argument(
+        "runs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_A RUN_B",
+        help="folders (hold metrics/): A B [A B ...]",
+    )
     parser.add_argument("--model", default="sft", help="model of run A (and of B by default)")
     parser.add_argument("--model-b", default=None, help="model of run B (default: --model)")
     parser.add_argument("--split", default="test", choices=("valid", "test"))
@@ -45,20 +53,32 @@ def main() -> None:
         rows = table[(table["split"] == args.split) & (table["model"] == model)]
         if rows.empty:
             raise InputError(f"no {args.split} rows of model {model!r}", path=path)
-        return rows.set_index("user_id")
+        return rows.set_index("user_id")[list(METRICS)]
 
+    if len(args.runs) % 2:
+        raise InputError(f"runs come in pairs (A B [A B ...]); got {len(args.runs)} folders")
     model_b = args.model_b or args.model
-    a, b = scores(args.run_a, args.model), scores(args.run_b, model_b)
-    if set(a.index) != set(b.index):
-        raise InputError(
-            f"the runs scored different {args.split} users ({len(a)} vs {len(b)}): "
-            "compare runs of one split only",
-            path=args.run_b,
-        )
-    b = b.loc[a.index]
-    print(
-        f"{args.split}, {len(a)} users; A = {args.model} of {args.run_a}, B = {model_b} of {args.run_b}"
+    pairs = list(zip(args.runs[::2], args.runs[1::2], strict=True))
+    tables = [scores(run, model_b if i % 2 else args.model) for i, run in enumerate(args.runs)]
+    users = tables[0].index
+    for run, table in zip(args.runs, tables, strict=True):
+        if set(table.index) != set(users):
+            raise InputError(
+                f"the runs scored different {args.split} users ({len(table)} vs {len(users)}): "
+                "compare runs of one split only",
+                path=run,
+            )
+    a_runs, b_runs = tables[::2], tables[1::2]
+    # each user's mean over the pairs (one pair: its scores)
+    a = sum(t.loc[users] for t in a_runs) / len(pairs)
+    b = sum(t.loc[users] for t in b_runs) / len(pairs)
+    where = (
+        f"A = {args.model} of {pairs[0][0]}, B = {model_b} of {pairs[0][1]}"
+        if len(pairs) == 1
+        else f"A = {args.model}, B = {model_b}, each user's mean over {len(pairs)} pairs "
+        + ", ".join(f"({run_a}, {run_b})" for run_a, run_b in pairs)
     )
+    print(f"{args.split}, {len(users)} users; {where}")
     print("| metric | A | B | B - A [95% paired bootstrap] |")
     print("|---|---|---|---|")
     for metric in METRICS:
