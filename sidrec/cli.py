@@ -138,21 +138,19 @@ def _errors(debug: bool) -> Iterator[None]:
         raise typer.Exit(143) from None
     except (KeyboardInterrupt, typer.Exit):
         raise
-    except OSError as exc:
-        if debug or exc.filename is None:
-            raise
-        # a path the configuration names that cannot be read or written (a folder that cannot
-        # be created, no permission): the stage wrote nothing, as for any other bad input
-        console.print(
-            f"[bold red]error:[/] {exc.filename}: {exc.strerror} (check the paths of params.yaml"
-            " and --set: project.*_dir, ingest.*)",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(1) from None
     except Exception as exc:
         if debug:
             raise
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # a path the configuration names that cannot be read or written (a folder that
+            # cannot be created, no permission): nothing was written, as for other bad input
+            console.print(
+                f"[bold red]error:[/] {exc.filename}: {exc.strerror} (check the paths of "
+                "params.yaml and --set: project.*_dir, ingest.*)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
         console.print(
             f"[bold red]unexpected error:[/] {type(exc).__name__}: {exc}\n(run again with --debug for the traceback)",
             highlight=False,

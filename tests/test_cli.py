@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
-from sidrec.cli import app
+from sidrec.cli import _errors, app
 
 runner = CliRunner()
 HEADER = "user_id,item_id,timestamp\n"
@@ -150,6 +151,19 @@ def test_paths_that_cannot_hold_outputs_are_named_with_exit_code_1(project, writ
     result = runner.invoke(app, ["ingest", *flags, "--set", f"project.metrics_dir={blocker}"])
     assert result.exit_code == 1 and "project.metrics_dir: a file, not a folder" in result.output
     assert "Traceback" not in result.output and not (project / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (NotADirectoryError(20, "Not a directory", "data/x"), 1),  # a path: bad input
+        (OSError(28, "No space left on device"), 2),  # no path: unexpected, as before
+    ],
+)
+def test_os_errors_with_a_path_are_bad_input(error, code):
+    with pytest.raises(typer.Exit) as ended, _errors(debug=False):
+        raise error
+    assert ended.value.exit_code == code
 
 
 def test_stage_commands_and_help(project, write_csv_dataset):
