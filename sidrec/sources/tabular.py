@@ -107,42 +107,49 @@ def _drop_binary_extras(items: pd.DataFrame, path: Path, notes: dict[str, int]) 
 def _reject_binary(frame: pd.DataFrame, columns: list[str], path: Path) -> None:
     for col in columns:
         bad = _cells(frame[col], _is_binary)
-        if bad.any():
-            raise InputError(
-                f"{int(bad.sum())} value(s) are binary data, not UTF-8 text; this column must "
-                "hold text or numbers",
-                path=path,
-                column=col,
-                rows=np.flatnonzero(bad.to_numpy())[:5].tolist(),
-                values=[
-                    v[:16] for v in frame[col][bad].head(5)
-                ],  # an image would flood the message
-            )
+        problem = "value(s) are binary data, not UTF-8 text; this column must hold text or numbers"
+        _refuse(frame, col, bad, path, problem, shown=lambda v: v[:16])  # an image would flood it
 
 
 def _ids(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
-    lists = _cells(frame[column], lambda v: isinstance(v, LIST_TYPES))
-    if lists.any():
+    lists = _cells(frame[column], _is_list)
+    problem = "id(s) are lists; each row must hold one id (one row per user-item pair, or per item)"
+    _refuse(frame, column, lists, path, problem, shown=list)
+    return normalize_ids(frame[column])
+
+
+def _refuse(
+    frame: pd.DataFrame,
+    column: str,
+    bad: pd.Series,
+    path: Path,
+    problem: str,
+    shown: Callable[[Any], Any],
+) -> None:
+    """An InputError naming the column, the first rows where ``bad`` holds and their values."""
+    if bad.any():
         raise InputError(
-            f"{int(lists.sum())} id(s) are lists; each row must hold one id (one row per "
-            "user-item pair, or per item)",
+            f"{int(bad.sum())} {problem}",
             path=path,
             column=column,
-            rows=np.flatnonzero(lists.to_numpy())[:5].tolist(),
-            values=[list(v) for v in frame[column][lists].head(5)],
+            rows=np.flatnonzero(bad.to_numpy())[:5].tolist(),
+            values=[shown(v) for v in frame[column][bad].head(5)],
         )
-    return normalize_ids(frame[column])
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, LIST_TYPES)
 
 
 def _text(values: pd.Series) -> pd.Series:
     """Text from CSV strings or Parquet values; a list (Parquet list column, e.g. categories) joins
     its items with ", " rather than becoming numpy's printed form."""
-    if _cells(values, lambda v: isinstance(v, LIST_TYPES)).any():
+    if _cells(values, _is_list).any():
         values = values.map(_joined)
     return values.astype("string")
 
 
 def _joined(value: Any) -> Any:
-    if isinstance(value, LIST_TYPES):
+    if _is_list(value):
         return ", ".join(str(v) for v in value if v is not None)
     return value
