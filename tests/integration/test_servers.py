@@ -109,15 +109,22 @@ class Processes:
         """SIGTERM each process group in reverse start order, waiting for each before the next:
         the workers then stop while the server they report to still answers (stopped together,
         each worker retried its last events against the gone server until it was killed)."""
-        for name, proc in reversed(self.started.items()):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                print(f"{name} ignored SIGTERM for 20 s: killed", file=sys.stderr)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        # how long each took goes to logs/stop.log too: pytest keeps the last runs' tmp_path,
+        # and xdist shows no stderr of a passing test
+        with (self.logs / "stop.log").open("a") as record:
+            for name, proc in reversed(self.started.items()):
+                begun = time.monotonic()
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                    line = f"{name} stopped in {time.monotonic() - begun:.1f} s"
+                except subprocess.TimeoutExpired:
+                    line = f"{name} ignored SIGTERM for 20 s: killed"
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+                print(line, file=sys.stderr)
+                print(line, file=record, flush=True)
 
 
 @pytest.fixture
