@@ -309,10 +309,12 @@ class SftConfig(_Section):
     window: int = Field(50, ge=2)
     """sequence: items per training window (``window × (SID length + 1) + 1`` tokens must fit
     ``model.max_length``)."""
-    window_stride: int | None = Field(None, ge=1)
+    window_stride: int | None = Field(25, ge=1)
     """sequence: items between the ends of a user's consecutive windows, newest first; a
     stride below ``window`` makes windows overlap, so an item is a target more than once per
-    epoch, each time after another context. null: ``window`` (every item once)."""
+    epoch, each time after another context (25 of 50: most items twice, in 8 epochs the work
+    14 epochs of plain windows took; docs/benchmarks.md, "Overlapping SFT windows"). null:
+    ``window`` (every item once)."""
     tasks: list[Literal["seq_rec", "sid2title", "title2sid", "title_history"]] = [
         "seq_rec",
         "sid2title",
@@ -330,7 +332,7 @@ class SftConfig(_Section):
     """Each user's most recent train rows that SFT leaves out, as targets and as context (a
     user keeps at least one row); GRPO's prompts (``grpo.rows_per_user``, the most recent rows)
     then ask for items the SFT model never trained on. 0: SFT trains on every train row."""
-    epochs: float = Field(14.0, gt=0)
+    epochs: float = Field(8.0, gt=0)
     """Planned epochs (the learning-rate schedule spans them); early stopping may end sooner."""
     packing: bool = True
     """Pack several examples into each row of up to ``model.max_length`` tokens (TRL's ``bfd``;
@@ -403,7 +405,8 @@ class SftConfig(_Section):
         if self.window_stride is not None and self.window_stride > self.window:
             raise ValueError(
                 f"window_stride ({self.window_stride}) > window ({self.window}) would skip "
-                "items between windows; use at most window"
+                f"items between windows; set sft.window_stride to at most {self.window}, or "
+                "null for windows that do not overlap"
             )
         return self
 
@@ -634,6 +637,7 @@ QUALITY_PRESET: dict[str, Any] = {
     "model.tiny.heads": 4,
     "model.tiny.kv_heads": 2,
     "model.tiny.intermediate_size": 1024,
+    "sft.window_stride": None,
     "sft.epochs": 10,
     "sft.learning_rate": 0.001,
     "sft.dropout": 0.1,

@@ -458,6 +458,7 @@ class SyntheticProject:
             "packing": False,
             "learning_rate": 0.005,
             "window": 8,  # 8 x (2 SID tokens + EOS) + BOS fits max_length 128
+            "window_stride": None,  # a user's 6 train items: one window each
             "eval_every": 10,
             "eval_rows": 20,
             "logging_steps": 5,

@@ -60,6 +60,11 @@ def test_apply_overrides_does_not_mutate_input():
         ),
         ("project.dataset=../escape", "project.dataset: String should match pattern"),
         ("sft.window_stride=60", "sft: window_stride (60) > window (50) would skip items"),
+        (
+            "sft.window=20",  # below the default stride: the message says which key to set
+            "window_stride (25) > window (20) would skip items between windows; set "
+            "sft.window_stride to at most 20, or null",
+        ),
         ("evaluate.ks=[]", "evaluate: ks must be distinct cut-offs >= 1"),
         ("evaluate.ks=[0, 10]", "evaluate: ks must be distinct cut-offs >= 1"),
         ("evaluate.ks=[10, 10]", "evaluate: ks must be distinct cut-offs >= 1"),
@@ -145,6 +150,7 @@ def test_a_preset_replaces_its_keys_and_set_still_wins():
     assert (quality.model.tiny.hidden_size, quality.model.tiny.layers) == (256, 4)
     assert quality.sft.learning_rate == 0.001 and quality.grpo.max_steps == 600
     assert quality.sft.epochs == 5  # --set over the preset
+    assert quality.sft.window_stride is None  # its schedule was measured on plain windows
     default = load_settings(REPO / "params.yaml")
     # data, SIDs and the SASRec baseline are the same under every preset
     for section in ("ingest", "split", "embed", "sids", "sasrec", "evaluate"):
