@@ -1,7 +1,7 @@
 """Benchmark: how much each trained model reads the most recent item of a history.
 
     python -m bench.recency                       # in a folder where `make run` has run
-    python -m bench.recency --set sft.window=20   # the same overrides the run was made with
+    python -m bench.recency --set sft.window=20 --set sft.window_stride=10   # the run's overrides
 
 Scores the test rows twice with the folder's trained models (SASRec, SFT and, where it ran,
 GRPO), ranked as ``evaluate`` ranks them (the shared recommender, its beams, the user's seen

@@ -52,8 +52,16 @@ def tiny_project_overrides(root: Path) -> list[str]:
             "max_length": 128,
             "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64},
         },
-        # windows of 8 items x (2 SID tokens + EOS) + BOS fit max_length 128
-        "sft": {"epochs": 1, "batch_size": 16, "window": 8, "eval_rows": 20, "logging_steps": 5},
+        # windows of 8 items x (2 SID tokens + EOS) + BOS fit max_length 128; plain windows (the
+        # default stride, 25, is longer than these)
+        "sft": {
+            "epochs": 1,
+            "batch_size": 16,
+            "window": 8,
+            "window_stride": None,
+            "eval_rows": 20,
+            "logging_steps": 5,
+        },
         "grpo": {
             "num_generations": 4,
             "prompts_per_step": 2,
