@@ -106,25 +106,37 @@ class Processes:
         pytest.fail(f"{name} not answering {url} after {timeout:.0f} s:\n{self.tail(name)}")
 
     def stop_all(self) -> None:
-        """SIGTERM each process group in reverse start order, waiting for each before the next:
-        the workers then stop while the server they report to still answers (stopped together,
-        each worker retried its last events against the gone server until it was killed)."""
-        # how long each took goes to logs/stop.log too: pytest keeps the last runs' tmp_path,
+        """SIGTERM the workers' process groups together, then each server's in reverse start
+        order: the workers then stop while the servers they report to still answer (stopped
+        together with the servers, each worker retried its last events against the gone server
+        until it was killed). Prefect turns a worker's SIGTERM into SIGINT; under a full suite
+        the workers of a fresh clone have ignored it until killed, so they share one wait."""
+        workers = [name for name in self.started if name.startswith("worker-")]
+        servers = [name for name in reversed(self.started) if name not in workers]
+        # how long each took also goes to logs/stop.log: pytest keeps the last runs' tmp_path,
         # and xdist shows no stderr of a passing test
         with (self.logs / "stop.log").open("a") as record:
-            for name, proc in reversed(self.started.items()):
-                begun = time.monotonic()
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                    line = f"{name} stopped in {time.monotonic() - begun:.1f} s"
-                except subprocess.TimeoutExpired:
-                    line = f"{name} ignored SIGTERM for 20 s: killed"
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-                print(line, file=sys.stderr)
-                print(line, file=record, flush=True)
+            for group in [workers, *([name] for name in servers)]:
+                for line in self._stop_together(group):
+                    print(line, file=sys.stderr)
+                    print(line, file=record, flush=True)
+
+    def _stop_together(self, names: list[str], timeout: float = 20) -> list[str]:
+        begun = time.monotonic()
+        for name in names:
+            if self.started[name].poll() is None:
+                os.killpg(self.started[name].pid, signal.SIGTERM)
+        lines = []
+        for name in names:
+            proc = self.started[name]
+            try:
+                proc.wait(timeout=max(0.0, begun + timeout - time.monotonic()))
+                lines.append(f"{name} stopped in {time.monotonic() - begun:.1f} s")
+            except subprocess.TimeoutExpired:
+                lines.append(f"{name} ignored SIGTERM for {timeout:.0f} s: killed")
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        return lines
 
 
 @pytest.fixture
