@@ -11,6 +11,7 @@ behind but what pytest's ``tmp_path`` holds.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -69,6 +70,11 @@ def databases() -> Iterator[dict[str, str]]:
         admin.close()
 
 
+def _no_core_files() -> None:
+    """In the child before exec: a SIGABRT (below) leaves no core file in the test's folder."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 @dataclass
 class Processes:
     """Background processes of one test, each in its own session so that stopping it also
@@ -79,8 +85,17 @@ class Processes:
 
     def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
         log = (self.logs / f"{name}.log").open("wb")
+        # faulthandler: a process that ignores SIGTERM gets SIGABRT and writes every thread's
+        # stack to its log before it dies (see _stop_together)
+        env = {**env, "PYTHONFAULTHANDLER": "1"}
         self.started[name] = subprocess.Popen(
-            args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_no_core_files,
         )
 
     def tail(self, name: str, chars: int = 4000) -> str:
@@ -133,9 +148,16 @@ class Processes:
                 proc.wait(timeout=max(0.0, begun + timeout - time.monotonic()))
                 lines.append(f"{name} stopped in {time.monotonic() - begun:.1f} s")
             except subprocess.TimeoutExpired:
-                lines.append(f"{name} ignored SIGTERM for {timeout:.0f} s: killed")
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+                lines.append(
+                    f"{name} ignored SIGTERM for {timeout:.0f} s: aborted (its threads' stacks "
+                    f"are at the end of {name}.log)"
+                )
+                os.killpg(proc.pid, signal.SIGABRT)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
         return lines
 
 
