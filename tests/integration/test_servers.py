@@ -70,6 +70,29 @@ def databases() -> Iterator[dict[str, str]]:
         admin.close()
 
 
+# Put on a worker's PYTHONPATH: SIGUSR1 prints the stacks of its event loop's tasks, so a
+# worker that ignores SIGTERM shows what its cancelled main task awaits (thread stacks alone
+# show the loop idle in select).
+TASK_DUMP = """
+import signal
+import sys
+
+
+def _dump_tasks(signum, frame):
+    import asyncio
+
+    loop = asyncio._get_running_loop()
+    print(f"--- asyncio tasks on SIGUSR1 (loop running: {loop is not None}) ---", file=sys.stderr)
+    for task in asyncio.all_tasks(loop) if loop is not None else ():
+        print(repr(task), file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
+
+
+signal.signal(signal.SIGUSR1, _dump_tasks)
+"""
+
+
 def _no_core_files() -> None:
     """In the child before exec: a SIGABRT (below) leaves no core file in the test's folder."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -82,12 +105,27 @@ class Processes:
 
     logs: Path
     started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    task_dumps: set[str] = field(default_factory=set)  # started with TASK_DUMP
 
-    def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
+    def start(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        dump_tasks: bool = False,
+    ) -> None:
         log = (self.logs / f"{name}.log").open("wb")
         # faulthandler: a process that ignores SIGTERM gets SIGABRT and writes every thread's
         # stack to its log before it dies (see _stop_together)
         env = {**env, "PYTHONFAULTHANDLER": "1"}
+        if dump_tasks:
+            site = self.logs / "task-dump"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(TASK_DUMP)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+            self.task_dumps.add(name)
         self.started[name] = subprocess.Popen(
             args,
             env=env,
@@ -149,9 +187,12 @@ class Processes:
                 lines.append(f"{name} stopped in {time.monotonic() - begun:.1f} s")
             except subprocess.TimeoutExpired:
                 lines.append(
-                    f"{name} ignored SIGTERM for {timeout:.0f} s: aborted (its threads' stacks "
-                    f"are at the end of {name}.log)"
+                    f"{name} ignored SIGTERM for {timeout:.0f} s: aborted (its tasks' and threads' "
+                    f"stacks are at the end of {name}.log)"
                 )
+                if name in self.task_dumps:
+                    os.kill(proc.pid, signal.SIGUSR1)  # its asyncio tasks' stacks, then threads'
+                    time.sleep(2)
                 os.killpg(proc.pid, signal.SIGABRT)
                 try:
                     proc.wait(timeout=5)
@@ -282,6 +323,7 @@ def test_retrain_manual_deployment_on_real_servers(
             [prefect, "worker", "start", "--pool", pool, "--type", "process"],
             env,
             tmp_path,
+            dump_tasks=True,
         )
     prefect_file = REPO / "prefect.yaml"
     before = prefect_file.read_text()
