@@ -162,8 +162,9 @@ class Processes:
         """SIGTERM the workers' process groups together, then each server's in reverse start
         order: the workers then stop while the servers they report to still answer (stopped
         together with the servers, each worker retried its last events against the gone server
-        until it was killed). Prefect turns a worker's SIGTERM into SIGINT; under a full suite
-        the workers of a fresh clone have ignored it until killed, so they share one wait."""
+        until it was killed). Prefect turns a worker's SIGTERM into SIGINT, which cancels the
+        worker's main task; under a full suite that cancel is lost (the aborted workers' task
+        dumps show them still polling), so the workers share one wait."""
         workers = [name for name in self.started if name.startswith("worker-")]
         servers = [name for name in reversed(self.started) if name not in workers]
         # how long each took also goes to logs/stop.log: pytest keeps the last runs' tmp_path,
