@@ -105,7 +105,7 @@ class Processes:
 
     logs: Path
     started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    task_dumps: set[str] = field(default_factory=set)  # started with TASK_DUMP
+    workers: set[str] = field(default_factory=set)  # Prefect workers: stopped together, TASK_DUMP
 
     def start(
         self,
@@ -114,18 +114,18 @@ class Processes:
         env: dict[str, str],
         cwd: Path,
         *,
-        dump_tasks: bool = False,
+        worker: bool = False,
     ) -> None:
         log = (self.logs / f"{name}.log").open("wb")
         # faulthandler: a process that ignores SIGTERM gets SIGABRT and writes every thread's
         # stack to its log before it dies (see _stop_together)
         env = {**env, "PYTHONFAULTHANDLER": "1"}
-        if dump_tasks:
+        if worker:
             site = self.logs / "task-dump"
             site.mkdir(exist_ok=True)
             (site / "sitecustomize.py").write_text(TASK_DUMP)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
-            self.task_dumps.add(name)
+            self.workers.add(name)
         self.started[name] = subprocess.Popen(
             args,
             env=env,
@@ -165,8 +165,8 @@ class Processes:
         until it was killed). Prefect turns a worker's SIGTERM into SIGINT, which cancels the
         worker's main task; under a full suite that cancel is lost (the aborted workers' task
         dumps show them still polling), so the workers share one wait."""
-        workers = [name for name in self.started if name.startswith("worker-")]
-        servers = [name for name in reversed(self.started) if name not in workers]
+        workers = [name for name in self.started if name in self.workers]
+        servers = [name for name in reversed(self.started) if name not in self.workers]
         # how long each took also goes to logs/stop.log: pytest keeps the last runs' tmp_path,
         # and xdist shows no stderr of a passing test
         with (self.logs / "stop.log").open("a") as record:
@@ -180,27 +180,37 @@ class Processes:
         for name in names:
             if self.started[name].poll() is None:
                 os.killpg(self.started[name].pid, signal.SIGTERM)
-        lines = []
+        lines, stuck = [], []
         for name in names:
-            proc = self.started[name]
             try:
-                proc.wait(timeout=max(0.0, begun + timeout - time.monotonic()))
+                self.started[name].wait(timeout=max(0.0, begun + timeout - time.monotonic()))
                 lines.append(f"{name} stopped in {time.monotonic() - begun:.1f} s")
             except subprocess.TimeoutExpired:
                 lines.append(
-                    f"{name} ignored SIGTERM for {timeout:.0f} s: aborted (its tasks' and threads' "
-                    f"stacks are at the end of {name}.log)"
+                    f"{name} ignored SIGTERM for {timeout:.0f} s: aborted (stacks at the end of "
+                    f"{name}.log)"
                 )
-                if name in self.task_dumps:
-                    os.kill(proc.pid, signal.SIGUSR1)  # its asyncio tasks' stacks, then threads'
-                    time.sleep(2)
-                os.killpg(proc.pid, signal.SIGABRT)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+                stuck.append(name)
+        self._abort(stuck)
         return lines
+
+    def _abort(self, names: list[str]) -> None:
+        """End processes that ignored SIGTERM, their stacks first in their logs: SIGUSR1 to the
+        workers (TASK_DUMP: asyncio tasks), then SIGABRT (faulthandler: threads), then SIGKILL."""
+        dumping = [name for name in names if name in self.workers]
+        for name in dumping:
+            os.kill(self.started[name].pid, signal.SIGUSR1)
+        if dumping:
+            time.sleep(2)
+        for name in names:
+            os.killpg(self.started[name].pid, signal.SIGABRT)
+        for name in names:
+            proc = self.started[name]
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -324,7 +334,7 @@ def test_retrain_manual_deployment_on_real_servers(
             [prefect, "worker", "start", "--pool", pool, "--type", "process"],
             env,
             tmp_path,
-            dump_tasks=True,
+            worker=True,
         )
     prefect_file = REPO / "prefect.yaml"
     before = prefect_file.read_text()
