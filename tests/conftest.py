@@ -578,13 +578,34 @@ def sft_result(_trained_template: tuple[Path, StageResult]) -> StageResult:
     return _trained_template[1]
 
 
+LONGEST_FIRST = (
+    "tests/test_end_to_end.py",
+    "tests/test_dvc.py",
+    "tests/integration/test_servers.py",
+    "tests/test_faults.py",
+)
+"""Files of the slow tests that take minutes each (`make test`'s ``--durations``), longest
+first: xdist hands them out before the rest, so no worker starts one while the other is idle at
+the end of the suite."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist's ``--dist loadgroup`` (`make test`) the tests of the session's SFT
-    model run on one worker, which trains it once."""
+    model run on one worker, which trains it once, and the slow tests of ``LONGEST_FIRST`` are
+    handed out first."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             if "trained" in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group("trained"))
+
+        def rank(item: pytest.Item) -> int:
+            path = item.nodeid.split("::")[0]
+            slow = item.get_closest_marker("slow") is not None
+            return (
+                LONGEST_FIRST.index(path) if slow and path in LONGEST_FIRST else len(LONGEST_FIRST)
+            )
+
+        items.sort(key=rank)  # stable: the rest keep their order
 
 
 # ---------------------------------------------------------------- random SID maps

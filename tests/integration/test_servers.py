@@ -164,18 +164,19 @@ class Processes:
         together with the servers, each worker retried its last events against the gone server
         until it was killed). Prefect turns a worker's SIGTERM into SIGINT, which cancels the
         worker's main task; under a full suite that cancel is lost (the aborted workers' task
-        dumps show them still polling), so the workers share one wait."""
+        dumps show them still polling), so the workers share one wait, of 5 s: alone they stop
+        in under one, and a second signal would only make Prefect SIGKILL them, as we do."""
         workers = [name for name in self.started if name in self.workers]
         servers = [name for name in reversed(self.started) if name not in self.workers]
         # how long each took also goes to logs/stop.log: pytest keeps the last runs' tmp_path,
         # and xdist shows no stderr of a passing test
         with (self.logs / "stop.log").open("a") as record:
-            for group in [workers, *([name] for name in servers)]:
-                for line in self._stop_together(group):
+            for group, timeout in [(workers, 5), *(([name], 20) for name in servers)]:
+                for line in self._stop_together(group, timeout):
                     print(line, file=sys.stderr)
                     print(line, file=record, flush=True)
 
-    def _stop_together(self, names: list[str], timeout: float = 20) -> list[str]:
+    def _stop_together(self, names: list[str], timeout: float) -> list[str]:
         begun = time.monotonic()
         for name in names:
             if self.started[name].poll() is None:
