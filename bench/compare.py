@@ -11,7 +11,10 @@ paired bootstrap interval of the difference (B - A) over the users both runs sco
 must come from the same split (the same users, the same targets): a copy of one pipeline
 folder with one stage re-run is the intended use (docs/benchmarks.md). Several A B pairs (one
 per seed, every seed on the same split) pool as ``bench.quality`` pools seeds: each user's
-score is its mean over the pairs, and the interval is bootstrapped over users.
+score is its mean over the pairs, and the interval is bootstrapped over users. With two or more
+pairs it also says how much of that interval is the seeds' and how much the users' own
+(``models.stats.seed_noise``): the half-width with endless seeds is the smallest difference
+that more seeds could ever call a win on these users.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def main() -> None:
     args = bench_args(__doc__, _options)
     import pandas as pd
 
-    from models.stats import paired_bootstrap_interval
+    from models.stats import paired_bootstrap_interval, seed_noise
     from sidrec.errors import InputError
 
     def scores(run: Path, model: str) -> pd.DataFrame:
@@ -88,6 +91,24 @@ def main() -> None:
             f"| {metric} | {x.mean():.4f} | {y.mean():.4f} | "
             f"{y.mean() - x.mean():+.4f} [{ci.low:+.4f}, {ci.high:+.4f}] |"
         )
+    if len(pairs) > 1:
+        print()
+        for metric in METRICS:
+            # users x pairs: each pair's B - A per user
+            diffs = pd.concat(
+                [
+                    tb.loc[users, metric] - ta.loc[users, metric]
+                    for ta, tb in zip(a_runs, b_runs, strict=True)
+                ],
+                axis=1,
+            ).to_numpy()
+            noise = seed_noise(diffs)
+            print(
+                f"{metric}: B - A ± {noise.half_width:.4f} with these {noise.seeds} pairs "
+                f"(normal approximation of the interval above), ± {noise.half_width_endless:.4f} "
+                "with endless seeds (the users' own spread: a smaller difference is noise on "
+                "these users whatever the seeds)"
+            )
 
 
 if __name__ == "__main__":

@@ -89,6 +89,46 @@ def paired_ratio_interval(
     return Interval(float(a.mean() / b.mean()), low, high)
 
 
+class SeedNoise(NamedTuple):
+    """How wide the interval of a mean difference over users is with the seeds run, and how
+    wide it would stay with endless seeds (normal approximation)."""
+
+    seeds: int
+    half_width: float
+    """Half-width of the interval of the mean difference with these seeds."""
+    half_width_endless: float
+    """The same as the seeds grow without end: the users' own spread, which no seed removes
+    (0 when the seeds explain all of it)."""
+
+
+def seed_noise(diffs: np.ndarray, *, confidence: float = 0.95) -> SeedNoise:
+    """Split the noise of a mean per-user difference into its users' and its seeds' part.
+
+    ``diffs[u, s]`` is user ``u``'s score difference (B - A) in seed ``s``; every seed scores
+    the same users. With ``d_us = m_u + e_us`` (``m_u`` the user's difference over endless
+    seeds, ``e_us`` its seed noise of variance ``v_u``), the users' variance of the seed mean
+    is ``Var(m) + mean(v) / S``; each user's variance over the seeds estimates ``v_u``, so
+    ``Var(m)`` is what remains. The mean difference's standard error is ``sqrt(Var / users)``
+    with and without the seed term; the half-widths are ``z`` times those. The paired bootstrap
+    interval of the seed means (``paired_bootstrap_interval``) measures the first; this one
+    says how far more seeds could narrow it."""
+    diffs = np.asarray(diffs)
+    if diffs.ndim != 2 or diffs.shape[0] < 2 or diffs.shape[1] < 2:
+        raise ValueError(
+            "diffs must be a 2-D array of users x seeds with at least 2 of each, got shape "
+            f"{diffs.shape}: run the comparison on two or more seeds"
+        )
+    if not np.issubdtype(diffs.dtype, np.number) or not np.isfinite(diffs).all():
+        raise ValueError(f"diffs must hold finite numbers, got dtype {diffs.dtype} or NaN/inf")
+    _validate_options(confidence, 1)
+    users, seeds = diffs.shape
+    total = float(np.var(diffs.mean(axis=1), ddof=1))
+    within = float(np.var(diffs, axis=1, ddof=1).mean())
+    users_part = max(0.0, total - within / seeds)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    return SeedNoise(seeds, z * (total / users) ** 0.5, z * (users_part / users) ** 0.5)
+
+
 def _percentile_bootstrap(
     data: tuple[np.ndarray, ...],
     statistic: Callable[..., np.ndarray],

@@ -42,6 +42,12 @@ def test_pairs_pool_each_users_mean_over_seeds(tmp_path, monkeypatch, capsys) ->
     assert "each user's mean over 2 pairs" in pooled
     # A: (0.1, 0.2, 0.2, 0.2) -> 0.175; B: (0.3, 0.2, 0.2, 0.2) -> 0.225
     assert "| ndcg@10 | 0.1750 | 0.2250 | +0.0500 [" in pooled
+    # B - A per user and pair: (0.1, 0, 0, 0), (0.3, 0, 0, 0); users' variance of the means 0.01,
+    # within-user seed variance 0.02 / 4 users = 0.005 of which a mean over 2 pairs keeps half:
+    # +- 1.96 sqrt(0.01 / 4) now and 1.96 sqrt((0.01 - 0.0025) / 4) with endless seeds
+    assert "ndcg@10: B - A ± 0.0980 with these 2 pairs" in pooled
+    assert "± 0.0849 with endless seeds" in pooled
+    assert "endless seeds" not in one
 
 
 def test_an_odd_folder_count_or_other_users_are_refused(tmp_path, monkeypatch, capsys) -> None:

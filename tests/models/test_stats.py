@@ -13,6 +13,7 @@ from models.stats import (
     bootstrap_interval,
     paired_bootstrap_interval,
     paired_ratio_interval,
+    seed_noise,
 )
 
 
@@ -129,3 +130,52 @@ def test_ratio_interval_needs_a_positive_reference() -> None:
         paired_ratio_interval(np.ones(3), np.zeros(3))
     with pytest.raises(ValueError, match="same users in the same order"):
         paired_ratio_interval(np.ones(3), np.ones(4))
+
+
+def _users_and_seeds(users_sd: float, seeds_sd: float, users: int = 20_000, seeds: int = 4):
+    """Differences m_u + e_us: each user's own difference (sd ``users_sd``) plus seed noise."""
+    rng = np.random.default_rng(7)
+    own = rng.normal(0.01, users_sd, size=(users, 1))
+    return own + rng.normal(0.0, seeds_sd, size=(users, seeds))
+
+
+def test_seed_noise_finds_the_users_part_that_no_seed_removes() -> None:
+    diffs = _users_and_seeds(users_sd=0.2, seeds_sd=0.3)
+    noise = seed_noise(diffs)
+    z, users = 1.959964, len(diffs)
+    # what the generating spreads give: users' part alone, and with the 4 seeds' part on top
+    assert noise.half_width_endless == pytest.approx(z * 0.2 / users**0.5, rel=0.05)
+    assert noise.half_width == pytest.approx(
+        z * (0.2**2 + 0.3**2 / 4) ** 0.5 / users**0.5, rel=0.05
+    )
+    assert noise.seeds == 4
+
+
+def test_seed_noise_without_seed_noise_cannot_shrink_and_without_user_spread_can_vanish() -> None:
+    same_every_seed = np.repeat(_users_and_seeds(0.2, 0.0, seeds=1), 3, axis=1)
+    noise = seed_noise(same_every_seed)
+    assert noise.half_width_endless == pytest.approx(noise.half_width, rel=1e-12)
+    only_seeds = _users_and_seeds(users_sd=0.0, seeds_sd=0.3)
+    noise = seed_noise(only_seeds)
+    # 0 in expectation; its estimate, a difference of two variances, keeps ~(2 / users)^(1/4)
+    assert noise.half_width_endless < 0.25 * noise.half_width
+
+
+def test_seed_noise_with_these_seeds_matches_the_paired_bootstrap_of_the_seed_means() -> None:
+    diffs = _users_and_seeds(users_sd=0.05, seeds_sd=0.1, users=2_000, seeds=3)
+    ci = paired_bootstrap_interval(diffs.mean(axis=1), np.zeros(len(diffs)), n_resamples=2000)
+    assert seed_noise(diffs).half_width == pytest.approx((ci.high - ci.low) / 2, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("diffs", "match"),
+    [
+        (np.ones(5), "users x seeds"),
+        (np.ones((5, 1)), "two or more seeds"),
+        (np.ones((1, 3)), "at least 2 of each"),
+        (np.array([[0.1, np.nan], [0.2, 0.3]]), "finite"),
+    ],
+)
+def test_seed_noise_refuses_what_it_cannot_split(diffs: np.ndarray, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        seed_noise(diffs)
