@@ -26,6 +26,9 @@ does not depend on the seed). Per preset it prints:
   asserted: >= 1.0x (preset default), >= 1.15x (preset quality);
 - GRPO − SFT test NDCG@10 (where GRPO ran): the mean over users of the seed-averaged per-user
   difference, with its paired bootstrap interval over users, and GRPO / SFT;
+- with two or more seeds, for both comparisons: the half-width their interval would keep with
+  endless seeds (``models.stats.seed_noise``), the test users' own spread: a smaller difference
+  cannot be told from noise on these users however many seeds run;
 - minutes per stage, mean over the seeds (the runs share one embedding cache: embed is cold in
   the first run only).
 
@@ -59,7 +62,7 @@ from bench.common import (
     folder_settings,
     run_record,
 )
-from models.stats import paired_bootstrap_interval, paired_ratio_interval
+from models.stats import paired_bootstrap_interval, paired_ratio_interval, seed_noise
 from sidrec.config import load_settings
 from sidrec.errors import InputError, SidrecError
 from sidrec.io import atomic_path, atomic_write_json, read_json
@@ -169,14 +172,20 @@ def seed_averaged(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarr
     """Per test user, the mean over seeds of each model's ``RATIO_METRIC``, one array per model
     column of ``models`` (``models[seed][column]``; the best generative model differs by seed),
     every array in the same user order."""
+    return [scores.mean(axis=1) for scores in per_seed(runs, models)]
+
+
+def per_seed(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
+    """Each model column's ``RATIO_METRIC`` as a users x seeds array (``seed_averaged``'s
+    users and columns)."""
 
     def scores(run: SeedRun, model: str) -> pd.Series:
         rows = run.users[run.users["model"] == model]
         return pd.Series(rows[RATIO_METRIC].to_numpy(), index=rows["user_id"].to_numpy())
 
-    per_seed = [[scores(r, m) for m in ms] for r, ms in zip(runs, models, strict=True)]
-    users = per_seed[0][0].index
-    for run, series_of_run in zip(runs, per_seed, strict=True):
+    by_seed = [[scores(r, m) for m in ms] for r, ms in zip(runs, models, strict=True)]
+    users = by_seed[0][0].index
+    for run, series_of_run in zip(runs, by_seed, strict=True):
         for series in series_of_run:
             if not series.index.is_unique or set(series.index) != set(users):
                 raise InputError(
@@ -184,8 +193,8 @@ def seed_averaged(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarr
                     "every seed and model scored on the same users (same split and evaluate.max_users)",
                     path=run.folder,
                 )
-    columns = zip(*per_seed, strict=True)
-    return [np.mean([s.reindex(users).to_numpy() for s in col], axis=0) for col in columns]
+    columns = zip(*by_seed, strict=True)
+    return [np.stack([s.reindex(users).to_numpy() for s in col], axis=1) for col in columns]
 
 
 def best_vs_sasrec(
@@ -193,7 +202,8 @@ def best_vs_sasrec(
 ) -> dict[str, Any]:
     """Ratio of the seed-averaged test means, best generative over SASRec, with the paired
     bootstrap over users (one resample of users for every seed and both models)."""
-    best_mean, sasrec_mean = seed_averaged(runs, [[b, "sasrec"] for b in best])
+    best_seeds, sasrec_seeds = per_seed(runs, [[b, "sasrec"] for b in best])
+    best_mean, sasrec_mean = best_seeds.mean(axis=1), sasrec_seeds.mean(axis=1)
     interval = paired_ratio_interval(
         best_mean, sasrec_mean, confidence=CONFIDENCE, n_resamples=resamples
     )
@@ -207,7 +217,18 @@ def best_vs_sasrec(
         "resamples": resamples,
         "target": target,
         "met": None if target is None else interval.mean >= target,
+        **endless_seeds(best_seeds - sasrec_seeds, float(sasrec_mean.mean())),
     }
+
+
+def endless_seeds(diffs: np.ndarray, reference: float) -> dict[str, Any]:
+    """With two or more seeds: the half-width the interval of the mean difference keeps with
+    endless seeds (``models.stats.seed_noise``; the users' own spread), in the metric and as a
+    share of ``reference``'s mean; nothing with one seed."""
+    if diffs.shape[1] < 2:
+        return {}
+    half = seed_noise(diffs, confidence=CONFIDENCE).half_width_endless
+    return {"half_width_endless_seeds": round(half, 5), "relative": round(half / reference, 4)}
 
 
 def grpo_minus_sft(runs: list[SeedRun], resamples: int) -> dict[str, Any] | None:
@@ -215,7 +236,8 @@ def grpo_minus_sft(runs: list[SeedRun], resamples: int) -> dict[str, Any] | None
     interval over users (None when GRPO was not evaluated)."""
     if "grpo" not in runs[0].report["test"]:
         return None
-    grpo, sft = seed_averaged(runs, [["grpo", "sft"]] * len(runs))
+    grpo_seeds, sft_seeds = per_seed(runs, [["grpo", "sft"]] * len(runs))
+    grpo, sft = grpo_seeds.mean(axis=1), sft_seeds.mean(axis=1)
     interval = paired_bootstrap_interval(grpo, sft, confidence=CONFIDENCE, n_resamples=resamples)
     return {
         "metric": RATIO_METRIC,
@@ -225,6 +247,7 @@ def grpo_minus_sft(runs: list[SeedRun], resamples: int) -> dict[str, Any] | None
         "ratio": round(float(grpo.mean() / sft.mean()), 4),
         "confidence": CONFIDENCE,
         "resamples": resamples,
+        **endless_seeds(grpo_seeds - sft_seeds, float(sft.mean())),
     }
 
 
@@ -333,14 +356,16 @@ def tables(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"best generative / SASRec test NDCG@10: {r['ratio']:.2f}x [{r['low']:.2f}, "
-            f"{r['high']:.2f}] (paired bootstrap over users, {r['confidence']:.0%}){verdict}",
+            f"{r['high']:.2f}] (paired bootstrap over users, {r['confidence']:.0%}){verdict}"
+            + _endless(r, "SASRec"),
             "",
         ]
         g = p["grpo_minus_sft"]
         if g is not None:
             lines += [
                 f"GRPO - SFT test NDCG@10: {g['diff']:+.4f} [{g['low']:+.4f}, {g['high']:+.4f}] "
-                f"({g['ratio']:.3f}x; paired bootstrap over users, {g['confidence']:.0%})",
+                f"({g['ratio']:.3f}x; paired bootstrap over users, {g['confidence']:.0%})"
+                + _endless(g, "SFT"),
                 "",
             ]
         lines += [
@@ -377,6 +402,17 @@ def tracked_metrics(report: dict[str, Any]) -> dict[str, float]:
             for k in METRICS:
                 metrics[metric_key(f"{preset}.{model}.{k}")] = row[k]["mean"]
     return metrics
+
+
+def _endless(comparison: dict[str, Any], reference: str) -> str:
+    """The sentence on the interval's half-width with endless seeds (two or more seeds)."""
+    if "half_width_endless_seeds" not in comparison:
+        return ""
+    return (
+        f"; with endless seeds the interval would keep ± "
+        f"{comparison['half_width_endless_seeds']:.4f} (± {comparison['relative']:.3f}x of "
+        f"{reference}): the test users' own spread, which no seed removes"
+    )
 
 
 def _mean_sd(spread: dict[str, Any]) -> str:

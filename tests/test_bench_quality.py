@@ -31,6 +31,7 @@ from bench.quality import (
     tables,
     tracked_metrics,
 )
+from models.stats import seed_noise
 from sidrec.errors import InputError
 from sidrec.io import atomic_write_json
 
@@ -150,6 +151,25 @@ def test_grpo_minus_sft_is_the_paired_difference_of_the_seed_averaged_users(
     assert g["ratio"] == pytest.approx(float(grpo.mean() / sft.mean()), abs=1e-4)
     assert g["low"] < g["diff"] < g["high"]
     assert "GRPO - SFT test NDCG@10: " + f"{g['diff']:+.4f}" in tables(report_of(tmp_path))
+
+
+def test_both_comparisons_say_what_endless_seeds_would_leave(tmp_path: Path, runs: Any) -> None:
+    preset = report_of(tmp_path)["presets"]["default"]
+    best = np.stack([runs[s][BEST_PER_SEED[s]]["ndcg@10"] for s in SEEDS], axis=1)
+    sasrec = np.stack([runs[s]["sasrec"]["ndcg@10"] for s in SEEDS], axis=1)
+    grpo = np.stack([runs[s]["grpo"]["ndcg@10"] for s in SEEDS], axis=1)
+    sft = np.stack([runs[s]["sft"]["ndcg@10"] for s in SEEDS], axis=1)
+    ratio, g = preset["best_generative_vs_sasrec"], preset["grpo_minus_sft"]
+    for comparison, diffs, reference in [(ratio, best - sasrec, sasrec), (g, grpo - sft, sft)]:
+        half = seed_noise(diffs).half_width_endless
+        assert comparison["half_width_endless_seeds"] == pytest.approx(half, abs=1e-5)
+        assert comparison["relative"] == pytest.approx(half / reference.mean(), abs=1e-4)
+    text = tables(report_of(tmp_path))
+    assert f"would keep ± {ratio['half_width_endless_seeds']:.4f} (± " in text
+    assert text.count("which no seed removes") == 2
+    one_seed = build_report(tmp_path, ["default"], [0], [], resamples=300)
+    assert "half_width_endless_seeds" not in one_seed["presets"]["default"]["grpo_minus_sft"]
+    assert "which no seed removes" not in tables(one_seed)
 
 
 def test_without_grpo_there_is_no_grpo_minus_sft(tmp_path: Path) -> None:
