@@ -168,16 +168,10 @@ def summarize_preset(preset: str, runs: list[SeedRun], *, resamples: int) -> dic
     }
 
 
-def seed_averaged(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
-    """Per test user, the mean over seeds of each model's ``RATIO_METRIC``, one array per model
+def per_seed(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
+    """Per test user and seed, each model's ``RATIO_METRIC``: one users x seeds array per model
     column of ``models`` (``models[seed][column]``; the best generative model differs by seed),
     every array in the same user order."""
-    return [scores.mean(axis=1) for scores in per_seed(runs, models)]
-
-
-def per_seed(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
-    """Each model column's ``RATIO_METRIC`` as a users x seeds array (``seed_averaged``'s
-    users and columns)."""
 
     def scores(run: SeedRun, model: str) -> pd.Series:
         rows = run.users[run.users["model"] == model]
