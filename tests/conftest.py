@@ -586,7 +586,8 @@ LONGEST_FIRST = (
 )
 """Files of the slow tests that take minutes each (`make test`'s ``--durations``), longest
 first: xdist hands them out before the rest, so no worker starts one while the other is idle at
-the end of the suite."""
+the end of the suite. Only files without module-scoped fixtures: moving some of a module's
+tests away from the others would build such a fixture twice."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
