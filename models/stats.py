@@ -118,8 +118,7 @@ def seed_noise(diffs: np.ndarray, *, confidence: float = 0.95) -> SeedNoise:
             "diffs must be a 2-D array of users x seeds with at least 2 of each, got shape "
             f"{diffs.shape}: run the comparison on two or more seeds"
         )
-    if not np.issubdtype(diffs.dtype, np.number) or not np.isfinite(diffs).all():
-        raise ValueError(f"diffs must hold finite numbers, got dtype {diffs.dtype} or NaN/inf")
+    diffs = _finite_numbers(diffs, "diffs")
     _validate_options(confidence, 1)
     users, seeds = diffs.shape
     total = float(np.var(diffs.mean(axis=1), ddof=1))
@@ -173,6 +172,11 @@ def _validate_values(values: np.ndarray, name: str) -> np.ndarray:
             f"{name} has {len(values)} value(s): a bootstrap over users needs at least 2; "
             "evaluate on more users (is the test set empty?)"
         )
+    return _finite_numbers(values, name)
+
+
+def _finite_numbers(values: np.ndarray, name: str) -> np.ndarray:
+    """``values`` as float64, refused unless every value is a finite number (or a bool)."""
     numeric = np.issubdtype(values.dtype, np.number) or values.dtype == np.bool_
     if not numeric or not np.isfinite(values).all():
         raise ValueError(f"{name} must hold finite numbers, got dtype {values.dtype} or NaN/inf")
