@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import time
 import warnings
@@ -136,6 +137,20 @@ def run_record(folder: Path, missing_hint: str) -> dict[str, Any]:
         raise InputError(f"run folder not found; {missing_hint}", path=folder)
     hint = f"the run there did not finish; {missing_hint}"
     record: dict[str, Any] = read_json(folder / RUN_RECORD, "run record", hint)
+    return record
+
+
+def copy_finished(source: Path, copy: Path, needs: Stage) -> dict[str, Any]:
+    """Copy the finished run folder ``source`` (one of :mod:`bench.quality`, run at least until
+    ``needs``) to the new folder ``copy`` and return the source's record. The copy gets no
+    record of its own until its stages finish (a failed re-run reads as unfinished); an
+    existing copy is refused, never overwritten."""
+    record = run_record(source, "run `python -m bench.quality` there first")
+    if STAGES.index(record["until"]) < STAGES.index(needs):
+        raise InputError(f"the run there stopped after {record['until']}", path=source)
+    if copy.exists():
+        raise InputError("the copy's folder exists already; choose a new one", path=copy)
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns(RUN_RECORD))
     return record
 
 

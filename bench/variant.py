@@ -21,19 +21,11 @@ otherwise) and ``sft.warm_start=champion`` continues training from it.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-from bench.common import (
-    RUN_RECORD,
-    bench_args,
-    prepared_by,
-    run_record,
-    run_stages,
-    write_run_record,
-)
-from sidrec.errors import InputError, SidrecError
+from bench.common import bench_args, copy_finished, prepared_by, run_stages, write_run_record
+from sidrec.errors import SidrecError
 from sidrec.stage import STAGES, Stage
 
 LAST: Stage = "evaluate"
@@ -61,13 +53,7 @@ def variant(
     """Copy ``source`` to ``copy`` and run ``start`` … evaluate there with the source's own
     settings plus ``overrides`` (after the ``register`` stage with the source's settings alone
     when ``register``); returns the copy."""
-    record = run_record(source, "run `python -m bench.quality` there first")
-    if STAGES.index(record["until"]) < STAGES.index(start) - 1:
-        raise InputError(f"the run there stopped after {record['until']}", path=source)
-    if copy.exists():
-        raise InputError("the copy's folder exists already; choose a new one", path=copy)
-    # the copy has no run record until its stages finished (a failed run reads as unfinished)
-    shutil.copytree(source, copy, ignore=shutil.ignore_patterns(RUN_RECORD))
+    record = copy_finished(source, copy, needs=STAGES[STAGES.index(start) - 1])
     if register:
         print(f"registering the source's kept model in {copy}", file=sys.stderr, flush=True)
         run_stages(copy, record["overrides"], start="register", until="register")
