@@ -9,8 +9,9 @@ The copy re-runs ``sids`` with the collaborative factors (``sids.embedding``: ``
 ``baselines`` stage's model, trained on the train split only), L2-normalized; items without
 train interactions keep a zero row, as with the SVD. Then ``sft`` … ``evaluate`` with the
 source's settings; SASRec itself is not retrained, so the baseline is the source's. This swaps
-one function for the run and is no pipeline setting: the stages' order (``sids`` before
-``baselines``) stays as it is until a measurement says otherwise.
+one function for the run and is no pipeline setting (``sids`` runs before ``baselines`` in the
+pipeline). Three seeds of it are in docs/benchmarks.md ("SIDs from SASRec's item embeddings"):
+no test gain, so the pipeline keeps the SVD factors.
 """
 
 from __future__ import annotations
