@@ -140,6 +140,13 @@ def run_record(folder: Path, missing_hint: str) -> dict[str, Any]:
     return record
 
 
+def run_settings(folder: Path, overrides: Sequence[str] = ()) -> Settings:
+    """The settings the finished run in ``folder`` ran with (its record's overrides, its own
+    output folders), ``overrides`` after them."""
+    record = run_record(folder, "run `python -m bench.quality` there first")
+    return folder_settings(folder.resolve(), [*record["overrides"], *overrides])
+
+
 def copy_finished(source: Path, copy: Path, needs: Stage) -> dict[str, Any]:
     """Copy the finished run folder ``source`` (one of :mod:`bench.quality`, run at least until
     ``needs``) to the new folder ``copy`` and return the source's record. The copy gets no

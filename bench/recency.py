@@ -2,6 +2,7 @@
 
     python -m bench.recency                       # in a folder where `make run` has run
     python -m bench.recency --set sft.window=20 --set sft.window_stride=10   # the run's overrides
+    python -m bench.recency --run bench/runs/q/default/seed-0   # a bench.quality run folder
 
 Scores the test rows twice with the folder's trained models (SASRec, SFT and, where it ran,
 GRPO), ranked as ``evaluate`` ranks them (the shared recommender, its beams, the user's seen
@@ -14,10 +15,11 @@ when the last item goes; one that does not, loses nothing. Prints a markdown tab
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -25,10 +27,26 @@ from bench.common import bench_args
 
 if TYPE_CHECKING:
     from models.recommender import SidRecommender
+    from sidrec.config import Settings
+
+
+class Recency(NamedTuple):
+    rows: int
+    """Test rows scored."""
+    ndcg10: dict[str, tuple[float, float]]
+    """Per trained model (``sasrec``, ``sft``, ``grpo`` where it ran): test NDCG@10 with each
+    row's whole history, and without its last item."""
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        help="a finished bench.quality run folder: its models, with its own settings (--params "
+        "is then not read; --set still comes last)",
+    )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], help="section.key=value"
     )
@@ -40,15 +58,14 @@ def _generative_top10(
     return rec.rank(histories, 10, exclude=exclude).items
 
 
-def main() -> None:
-    args = bench_args(__doc__, _options)
+def recency(settings: Settings) -> Recency:
+    """The test rows scored by every trained model of ``settings``' folders, as evaluate ranks
+    them, with and without their last history item."""
     from models.baselines.sasrec import load_baseline, recommend
     from models.metrics import rank_metrics
-    from sidrec.config import load_settings
     from tasks.evaluate import exclusions
     from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split
 
-    settings = load_settings(args.params, args.overrides)
     paths = settings.paths
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
@@ -70,19 +87,38 @@ def main() -> None:
             continue
         rec = load_recommender(settings, folder, sid_map, item_ids, missing_hint="run it first")
         rankers[name] = partial(_generative_top10, rec, exclude=exclude)
+    full, cut = (
+        {
+            name: rank_metrics(rank(histories[key]), targets, [10])["ndcg@10"]
+            for name, rank in rankers.items()
+        }
+        for key in ("full", "without last")
+    )
+    return Recency(len(test), {name: (full[name], cut[name]) for name in rankers})
 
+
+def main() -> None:
+    args = bench_args(__doc__, _options)
+    from bench.common import run_settings
+    from sidrec.config import load_settings
+    from sidrec.errors import SidrecError
+
+    try:
+        if args.run is not None:
+            settings = run_settings(args.run, args.overrides)
+        else:
+            settings = load_settings(args.params, args.overrides)
+        result = recency(settings)
+    except SidrecError as exc:
+        sys.exit(f"error: {exc}")
     print(
-        f"{settings.project.dataset}: {len(test)} test rows, seen items excluded: "
-        f"{settings.evaluate.exclude_seen}, {settings.evaluate.num_beams} beams, "
+        f"{settings.project.dataset}: {result.rows} test rows, seen items "
+        f"excluded: {settings.evaluate.exclude_seen}, {settings.evaluate.num_beams} beams, "
         f"{args.threads} CPU threads"
     )
     print("| model | test NDCG@10, full history | without its last item | change |")
     print("|---|---|---|---|")
-    for name, rank in rankers.items():
-        full, cut = (
-            rank_metrics(rank(histories[key]), targets, [10])["ndcg@10"]
-            for key in ("full", "without last")
-        )
+    for name, (full, cut) in result.ndcg10.items():
         print(f"| {name} | {full:.4f} | {cut:.4f} | {(cut - full) / full:+.1%} |")
 
 
