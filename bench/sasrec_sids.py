@@ -31,13 +31,16 @@ from sidrec.config import Settings
 from sidrec.errors import SidrecError
 from tasks.shared import embeddings
 
+_svd_factors = embeddings.collaborative_factors
+"""The pipeline's factors, kept before the swap: they say which items have no train interactions."""
+
 
 def sasrec_factors(
     settings: Settings, items: pd.DataFrame, basis: CollaborativeBasis | None
 ) -> ItemFactors:
     """:func:`tasks.shared.embeddings.collaborative_factors` with SASRec's item embeddings as
     the factors (the SVD still tells which items have no train interactions)."""
-    svd = embeddings_collaborative_factors(settings, items, basis)
+    svd = _svd_factors(settings, items, basis)
     catalog = items["item_id"].tolist()
     model = load_baseline(settings.paths.sasrec_model, item_ids=catalog)
     table = model.item_emb.weight[1:].detach().numpy().astype(np.float32)
@@ -45,9 +48,6 @@ def sasrec_factors(
     norms = np.linalg.norm(table, axis=1, keepdims=True)
     factors = np.divide(table, norms, out=np.zeros_like(table), where=norms > 0)
     return ItemFactors(factors, svd.without_interactions, svd.basis)
-
-
-embeddings_collaborative_factors = embeddings.collaborative_factors
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +63,7 @@ def sasrec_sids(source: Path, copy: Path) -> Path:
         sids = run_stages(copy, settings, start="sids", until="sids")
     print(f"running the stages sft..evaluate in {copy}", file=sys.stderr, flush=True)
     rest = run_stages(copy, settings, start="sft", until="evaluate")
+    # the record's stages before sids ran in the source, and so did baselines (not re-run here)
     seconds = {**sids.seconds, "baselines": record["seconds"]["baselines"], **rest.seconds}
     write_run_record(copy, settings, "evaluate", seconds, prepared_by(record, "sids"))
     return copy
