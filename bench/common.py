@@ -140,10 +140,14 @@ def run_record(folder: Path, missing_hint: str) -> dict[str, Any]:
     return record
 
 
+_MAKE_RUN = "run `python -m bench.quality` there first"
+"""How a missing or unfinished run folder is made (the hint of :func:`run_record`'s errors)."""
+
+
 def run_settings(folder: Path, overrides: Sequence[str] = ()) -> Settings:
     """The settings the finished run in ``folder`` ran with (its record's overrides, its own
     output folders), ``overrides`` after them."""
-    record = run_record(folder, "run `python -m bench.quality` there first")
+    record = run_record(folder, _MAKE_RUN)
     return folder_settings(folder.resolve(), [*record["overrides"], *overrides])
 
 
@@ -152,7 +156,7 @@ def copy_finished(source: Path, copy: Path, needs: Stage) -> dict[str, Any]:
     ``needs``) to the new folder ``copy`` and return the source's record. The copy gets no
     record of its own until its stages finish (a failed re-run reads as unfinished); an
     existing copy is refused, never overwritten."""
-    record = run_record(source, "run `python -m bench.quality` there first")
+    record = run_record(source, _MAKE_RUN)
     if STAGES.index(record["until"]) < STAGES.index(needs):
         raise InputError(f"the run there stopped after {record['until']}", path=source)
     if copy.exists():
