@@ -276,3 +276,43 @@ def test_duplicate_parquet_column_names_read_like_csv(tmp_path, write_csv_datase
 def test_blank_csv_header_names_are_no_duplicates(tmp_path, write_csv_dataset):
     inter, items = write_csv_dataset(tmp_path, "user_id,item_id,timestamp,,\n1,a,1600000000,,\n")
     assert read_tabular(inter, items).interactions["timestamp"].tolist() == [1_600_000_000]
+    assert read_tabular(inter, items).notes["blank_header_columns_dropped"] == 2
+
+
+@pytest.mark.parametrize(
+    "body, line",
+    [
+        ("1,a,1600000000,\n1,b,1600000001,\n", 2),  # a trailing comma on every row
+        ("Smith, J,a,1600000000\n2,b,1600000001\n", 2),  # an unquoted comma in the first row
+    ],
+)
+def test_rows_with_more_fields_than_the_header_are_refused(tmp_path, write_csv_dataset, body, line):
+    # pandas would take the surplus first field as an index and shift every column by one
+    inter, items = write_csv_dataset(tmp_path, "user_id,item_id,timestamp\n" + body)
+    with pytest.raises(InputError) as err:
+        read_tabular(inter, items)
+    assert str(err.value).startswith(
+        f"{inter}: interactions file has rows with more fields than its header's 3 "
+        f"(first at line {line})"
+    )
+
+
+def test_only_blank_csv_fields_are_missing(tmp_path, write_csv_dataset):
+    inter, items = write_csv_dataset(
+        tmp_path,
+        "user_id,item_id,timestamp\nNA,a,1600000000\nNA,b,1600000001\n",
+        "item_id,title,description\na,None,N/A\nb,null,\nc,nan,x\nd,NA,y\n",
+    )
+    tables = read_tabular(inter, items)
+    assert tables.interactions["user_id"].tolist() == ["NA", "NA"]
+    assert tables.items["title"].tolist() == ["None", "null", "nan", "NA"]
+    assert tables.items["description"].isna().tolist() == [False, True, False, False]
+
+
+def test_a_saved_pandas_index_is_no_item_text(tmp_path, write_csv_dataset):
+    inter, _ = write_csv_dataset(tmp_path)
+    items = tmp_path / "indexed.csv"
+    pd.DataFrame({"item_id": list("abcd"), "title": list("ABCD")}).to_csv(items)  # ",item_id,title"
+    tables = read_tabular(inter, items)
+    assert tables.items.columns.tolist() == ["item_id", "title"]
+    assert tables.notes["blank_header_columns_dropped"] == 1

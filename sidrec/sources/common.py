@@ -68,18 +68,44 @@ def read_frame(path: Path, what: str) -> pd.DataFrame:
         text_head = head[: exc.start].decode("utf-8")
     sep = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
-        df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=True, encoding="utf-8")
+        # only blank fields are missing: a title "None" or an id "NA" is text like any other
+        df = pd.read_csv(
+            path, sep=sep, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8"
+        )
     except pd.errors.EmptyDataError:
         raise InputError(f"{what} file has no header line", path=path) from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{what} file is not valid CSV ({str(exc).strip()})", path=path) from None
+    if not isinstance(df.index, pd.RangeIndex):  # pandas took the surplus leading field(s) as an index
+        raise InputError(
+            f"{what} file has rows with more fields than its header's {len(df.columns)} "
+            f"(first at line {_first_long_line(path, sep, len(df.columns))}): a trailing {sep!r} "
+            f"or an unquoted {sep!r} inside a value; fix those rows or quote the value",
+            path=path,
+        )
     # pandas renames a repeated header name ("timestamp.1"), so check the header as written;
     # blank names are no duplicates (pandas names them "Unnamed: n")
     header = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
-    require_unique_columns([c.strip() for c in header.iloc[0] if c.strip()], path, what)
+    names = [str(c).strip() for c in header.iloc[0]]
+    require_unique_columns([c for c in names if c], path, what)
     df.columns = [str(c).strip() for c in df.columns]
+    blank = [col for col, name in zip(df.columns, names, strict=True) if not name]
+    if blank:  # a saved pandas index, say: no name, so no field of ours
+        log.warning("%s: dropping %d column(s) with no header name", path, len(blank))
+        df = df.drop(columns=blank)
+    df.attrs["blank_header_columns_dropped"] = len(blank)
     df.attrs["delimiter_hint"] = _delimiter_hint(text_head, sep, list(df.columns))
     return df
+
+
+def _first_long_line(path: Path, sep: str, fields: int) -> int:
+    """The 1-based line of the first record with more than ``fields`` fields."""
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter=sep)
+        for record in reader:
+            if len(record) > fields:
+                return reader.line_num
+    return 0
 
 
 def _delimiter_hint(text_head: str, sep: str, columns: list[str]) -> str:

@@ -35,14 +35,19 @@ def read_tabular(
 ) -> SourceTables:
     """Interactions (user_id, item_id, timestamp[, rating]) and items (item_id, title[, description,
     brand, categories, ...]). Extra item columns are kept as text fields, except binary ones
-    (an image column, say), which are dropped; lists in text fields are joined with ", "."""
+    (an image column, say) and CSV columns with no header name (a saved pandas index), which
+    are dropped; lists in text fields are joined with ", "."""
     inter = read_frame(interactions_path, "interactions")
     require_columns(inter, INTERACTION_COLUMNS, interactions_path, "interactions")
     items = read_frame(items_path, "items")
     require_columns(items, ITEM_COLUMNS, items_path, "items")
     used = [*INTERACTION_COLUMNS, *(["rating"] if "rating" in inter.columns else [])]
     _reject_binary(inter, used, interactions_path)
-    notes: dict[str, int] = {}
+    notes = {
+        "blank_header_columns_dropped": sum(
+            frame.attrs.get("blank_header_columns_dropped", 0) for frame in (inter, items)
+        )
+    }
     items = _drop_binary_extras(items, items_path, notes)
     _reject_binary(items, list(items.columns), items_path)
 
