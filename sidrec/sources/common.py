@@ -76,7 +76,8 @@ def read_frame(path: Path, what: str) -> pd.DataFrame:
         raise InputError(f"{what} file has no header line", path=path) from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{what} file is not valid CSV ({str(exc).strip()})", path=path) from None
-    if not isinstance(df.index, pd.RangeIndex):  # pandas took the surplus leading field(s) as an index
+    # rows longer than the header: pandas takes the surplus leading field(s) as an index
+    if not isinstance(df.index, pd.RangeIndex):
         raise InputError(
             f"{what} file has rows with more fields than its header's {len(df.columns)} "
             f"(first at line {_first_long_line(path, sep, len(df.columns))}): a trailing {sep!r} "
