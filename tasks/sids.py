@@ -114,9 +114,20 @@ class Codes(NamedTuple):
 def previous_quantizer(settings: Settings) -> SavedQuantizer | None:
     """The saved quantizer of the map an incremental run extends (None: no map to extend)."""
     cfg = settings.sids
-    if cfg.import_index is None and cfg.incremental and settings.paths.sid_map.exists():
-        return load_quantizer(settings.paths.quantizer)
-    return None
+    if cfg.import_index is not None or not cfg.incremental or not settings.paths.sid_map.exists():
+        return None
+    previous = load_quantizer(settings.paths.quantizer)
+    q = previous.quantizer
+    saved = {"method": q.state()["method"], "levels": q.levels, "codebook_size": q.codebook_size}
+    asked = {"method": cfg.method, "levels": cfg.levels, "codebook_size": cfg.codebook_size}
+    if saved != asked:  # new items are coded by the saved quantizer, whatever these keys say
+        raise InputError(
+            f"the SID map's quantizer is {saved}, this run asks for {asked}; new items are coded "
+            "by the map's quantizer: set those sids keys back, or rebuild the map "
+            "(sids.incremental=false)",
+            path=settings.paths.quantizer,
+        )
+    return previous
 
 
 def build(
@@ -227,8 +238,10 @@ def sids(settings: Settings) -> StageResult:
     paths = settings.paths
     items = read_table(paths.validated("items"), ITEMS, "validated items")
     previous = previous_quantizer(settings)
-    embedded = item_embeddings(settings, items, previous)
-    emb = embedded.matrix
+    # an imported index brings its codes: nothing to embed, no quantizer's distances to resolve by
+    imported = settings.sids.import_index is not None
+    embedded = None if imported else item_embeddings(settings, items, previous)
+    emb = embedded.matrix if embedded is not None else np.empty((len(items), 0), dtype=np.float32)
     codes = build(settings, items, emb, previous)
     resolution = resolve(codes, emb)
     final = resolution.codes
@@ -242,7 +255,7 @@ def sids(settings: Settings) -> StageResult:
         "mode": codes.mode,
         "embedding": settings.sids.embedding,
         "items": len(items),
-        "items_without_interactions": embedded.without_interactions,
+        "items_without_interactions": embedded.without_interactions if embedded else None,
         "levels": int(final.shape[1]),
         "codebook_size": codes.codebook_size,
         "collision_rate_before": round(before.collision_rate, 6),
@@ -262,7 +275,7 @@ def sids(settings: Settings) -> StageResult:
     with AtomicOutputs() as out:
         out.json(sid_map, paths.sid_map)
         if codes.trained:
-            assert quantizer is not None
+            assert quantizer is not None and embedded is not None
             out.stage(
                 paths.quantizer,
                 lambda tmp: save_quantizer(quantizer, tmp, embedding=embedded.record),

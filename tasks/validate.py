@@ -236,6 +236,9 @@ class LoadDrift(NamedTuple):
     """This load's profile, kept when the load is accepted."""
     baseline: LoadProfile | None
     """The profile it was compared with (None: the first load), kept as the previous one."""
+    accepted: bool
+    """This very load was accepted before (validate re-run on the same raw tables): its drift
+    is reported again but stops nothing, however ``validate.fail_on_drift`` is set now."""
 
 
 def load_drift(settings: Settings, inter: pd.DataFrame, items: pd.DataFrame) -> LoadDrift:
@@ -248,9 +251,11 @@ def load_drift(settings: Settings, inter: pd.DataFrame, items: pd.DataFrame) -> 
     load_id = fingerprint([paths.raw("interactions"), paths.raw("items")])
     now = profile_load(inter, items, load_id=load_id)
     kept, earlier = read_profiles(profiles=paths.load_profiles, summaries=paths.load_summaries)
-    baseline = earlier if kept is not None and kept.load_id == load_id else kept
+    accepted = kept is not None and kept.load_id == load_id
+    baseline = earlier if accepted else kept
     report = compare_loads(baseline, now, psi_threshold=settings.validate_.drift_psi)
-    return LoadDrift({"dataset": settings.project.dataset, **report}, now, baseline)
+    report = {"dataset": settings.project.dataset, **report, "accepted_before": accepted}
+    return LoadDrift(report, now, baseline, accepted)
 
 
 def validate(settings: Settings) -> StageResult:
@@ -289,7 +294,7 @@ def validate(settings: Settings) -> StageResult:
             )
         else:
             drift = load_drift(settings, inter, frames["items"])
-            if cfg.fail_on_drift and drift.report["flagged"]:
+            if cfg.fail_on_drift and drift.report["flagged"] and not drift.accepted:
                 failures.append(_drift_failure(drift.report, cfg.drift_psi))
     report = {
         "dataset": settings.project.dataset,

@@ -109,6 +109,33 @@ def test_import_minionerec_index(catalog, tmp_path, sids_settings):
     assert result.metrics["mode"] == "import" and not settings.paths.quantizer.exists()
 
 
+@pytest.mark.parametrize("embedding", ["text", "collaborative"])
+def test_import_needs_no_embeddings(tmp_path, sids_settings, write_validated_catalog, embedding):
+    # the index brings the codes: no item_emb.npy, no train split for factors
+    settings = sids_settings(embedding=embedding)
+    ids = write_validated_catalog(settings, 20)
+    sid_map = {item: [k % 4, k // 4, 0] for k, item in enumerate(ids)}
+    index = tmp_path / "x.index.json"
+    index.write_text(json.dumps(to_minionerec_index(sid_map)))
+    result = sids(sids_settings(embedding=embedding, import_index=str(index)))
+    assert read_sid_map(settings.paths.sid_map) == sid_map
+    assert (
+        result.metrics["mode"] == "import" and result.metrics["items_without_interactions"] is None
+    )
+
+
+@pytest.mark.parametrize("changed", [{"codebook_size": 16}, {"levels": 2}, {"method": "rqvae"}])
+def test_incremental_refuses_other_quantizer_keys(catalog, sids_settings, files_under, changed):
+    sids(sids_settings())
+    kept = files_under("data")
+    with pytest.raises(InputError) as err:
+        sids(sids_settings(incremental=True, **changed))
+    key, value = next(iter(changed.items()))
+    assert "this run asks for {" in str(err.value) and f"'{key}': {value!r}" in str(err.value)
+    assert "sids.incremental=false" in str(err.value)
+    assert files_under("data") == kept
+
+
 def test_import_with_collisions_fails_unless_resolution_is_asked(
     project, catalog, tmp_path, sids_settings
 ):

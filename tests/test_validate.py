@@ -211,3 +211,10 @@ def test_fail_on_drift_stops_the_run_and_keeps_the_baseline(
     # without the switch the same load is reported as drift and accepted as the new baseline
     settings, result = ingest_and_validate(SKEWED)
     assert result.metrics["drift"]["status"] == "drift" and "drift (" in result.summary
+    assert _drift(settings)["accepted_before"] is False
+    # once accepted, validating the same load again (a code or parameter change) reports the
+    # same drift and no longer stops on it
+    settings, again = ingest_and_validate(SKEWED, validate={"fail_on_drift": True})
+    report = _drift(settings)
+    assert report["accepted_before"] is True and "interactions_per_user" in report["flagged"]
+    assert again.metrics["drift"]["status"] == "drift"
