@@ -217,7 +217,7 @@ def parse_history(value: Any, row: int = 0) -> list[str]:
     (``"50, 172"``); an empty list or string, a null or a missing cell is an empty history."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if value is None or (np.ndim(value) == 0 and pd.isna(value)):  # None, NaN, pd.NA, NaT
         return []
     if isinstance(value, (list, tuple, np.ndarray)):
         ids = []

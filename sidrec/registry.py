@@ -16,6 +16,7 @@ the very last, so a run that fails anywhere leaves ``champion`` where it was.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Mapping
@@ -34,7 +35,9 @@ TAG_GATE_METRIC = "sidrec.gate_metric"
 TAG_GATE_VALUE = "sidrec.gate_value"
 """This version's mean gate metric on the gate users at registration."""
 TAG_DECISION = "sidrec.decision"
-"""``promoted`` or ``rejected``."""
+"""``promoted`` or ``rejected``; ``failed`` when the aliases could not be moved (the version
+was judged promotable but ``champion`` stayed where it was)."""
+FAILED = "failed"
 TAG_REASON = "sidrec.reason"
 TAG_CHAMPION_VERSION = "sidrec.champion_version_before"
 """The champion this version was compared with (empty: there was none)."""
@@ -177,7 +180,12 @@ def register_and_gate(
     }
     for key, tag_value in decision_tags.items():
         client.set_model_version_tag(model_name, version, key, tag_value)
-    _move_aliases(client, model_name, version, champion_before if promoted else None, promoted)
+    try:
+        _move_aliases(client, model_name, version, champion_before if promoted else None, promoted)
+    except Exception:  # champion did not move: the version must not read as promoted
+        with contextlib.suppress(Exception):  # best effort: the store may be what failed
+            client.set_model_version_tag(model_name, version, TAG_DECISION, FAILED)
+        raise
     decision = GateDecision(
         model_name=model_name,
         version=version,
@@ -208,13 +216,24 @@ def _move_aliases(
     client: Any, name: str, version: str, replaced: str | None, promoted: bool
 ) -> None:
     """challenger → the new version; if promoted, previous → the replaced champion and, last,
-    champion → the new version (a failure before that last call leaves champion unchanged)."""
+    champion → the new version. If that last call fails, champion is unchanged and previous is
+    put back where it was, so the failure moves no alias but challenger."""
     client.set_registered_model_alias(name, CHALLENGER, version)
     if not promoted:
         return
+    before = _aliases(client, name).get(PREVIOUS)
     if replaced is not None:
         client.set_registered_model_alias(name, PREVIOUS, replaced)
-    client.set_registered_model_alias(name, CHAMPION, version)
+    try:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    except Exception:
+        if replaced is not None and before != replaced:
+            with contextlib.suppress(Exception):  # best effort, as above
+                if before is None:
+                    client.delete_registered_model_alias(name, PREVIOUS)
+                else:
+                    client.set_registered_model_alias(name, PREVIOUS, before)
+        raise
 
 
 def _ensure_registered_model(client: Any, name: str) -> None:

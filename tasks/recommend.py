@@ -126,23 +126,23 @@ def recommend_all(
     histories = user_histories(settings)
     champion = champion or load_champion(settings)
     frames = []
-    dropped = fallback = 0
+    dropped = fallback = short = 0
     for start in ProgressBar(range(0, len(histories), batch_size), desc="recommend", unit="batch"):
         chunk = histories.iloc[start : start + batch_size]
         out = predict(champion, list(chunk["history"]), k)
         if "fallback" in out.columns:  # models registered since serving drops unknown items
             dropped += int(out["unknown_items"].map(len).sum())
             fallback += int(out["fallback"].sum())
-        frames.append(
-            pd.DataFrame(
-                {
-                    "user_id": chunk["user_id"].to_numpy(),
-                    "item_id": out["item_ids"].to_numpy(),
-                    "title": out["titles"].to_numpy(),
-                    "score": out["scores"].to_numpy(),
-                }
-            ).explode(["item_id", "title", "score"], ignore_index=True)
-        )
+        short += int((out["item_ids"].map(len) < k).sum())
+        rows = pd.DataFrame(
+            {
+                "user_id": chunk["user_id"].to_numpy(),
+                "item_id": out["item_ids"].to_numpy(),
+                "title": out["titles"].to_numpy(),
+                "score": out["scores"].to_numpy(),
+            }
+        ).explode(["item_id", "title", "score"], ignore_index=True)
+        frames.append(rows[rows["item_id"].notna()])  # explode leaves an empty list one null row
     if dropped or fallback:
         log.warning(
             "%d history item(s) unknown to %s were dropped; %d user(s) with no known item got "
@@ -150,6 +150,10 @@ def recommend_all(
             dropped,
             champion.uri,
             fallback,
+        )
+    if short:
+        log.warning(
+            "%d user(s) got fewer than %d items: fewer unseen catalog items were left", short, k
         )
     table = pd.concat(frames, ignore_index=True) if frames else _empty()
     table["rank"] = table.groupby("user_id", sort=False).cumcount() + 1

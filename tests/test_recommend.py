@@ -122,6 +122,22 @@ def test_recommend_all_writes_every_users_top_k(settings: Settings, tiny_project
     assert back["title"].tolist() == [titles[i] for i in back["item_id"]]
 
 
+def test_recommend_all_gives_what_is_left_unseen(
+    settings: Settings, tiny_project, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    catalog = list(tiny_project.titles)
+    histories = pd.DataFrame(
+        {"user_id": ["saw-all", "saw-most"], "history": [catalog, catalog[:-2]]}
+    )
+    monkeypatch.setattr("tasks.recommend.user_histories", lambda settings: histories)
+    with caplog.at_level("WARNING", logger="tasks.recommend"):
+        table = recommend_all(settings, k=3)
+    # no row at all for the user who saw everything, the two unseen items for the other
+    assert table["user_id"].tolist() == ["saw-most", "saw-most"]
+    assert table["rank"].tolist() == [1, 2] and set(table["item_id"]) == set(catalog[-2:])
+    assert "2 user(s) got fewer than 3 items" in caplog.text
+
+
 def test_cli_recommend(root: Path, tiny_project) -> None:
     all_titles = tiny_project.titles
     sets = [

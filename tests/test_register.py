@@ -212,6 +212,32 @@ def test_failure_while_registering_moves_no_alias(client: mlflow.MlflowClient) -
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
 
 
+def test_a_champion_alias_that_fails_to_move_records_no_promotion(
+    client: mlflow.MlflowClient,
+) -> None:
+    _gate(client, _comparison(0.10, None))  # v1
+    _gate(client, _comparison(0.20, 0.10, low=0.05))  # v2: champion, v1 previous
+    _gate(client, _comparison(0.05, 0.20))  # v3: rejected
+
+    class Failing:
+        """The real client, except that moving ``champion`` fails (e.g. server gone)."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+        def set_registered_model_alias(self, name: str, alias: str, version: str) -> None:
+            if alias == CHAMPION:
+                raise ConnectionError("tracking server went away")
+            client.set_registered_model_alias(name, alias, version)
+
+    with pytest.raises(ConnectionError):
+        _gate(Failing(), _comparison(0.5, 0.2, low=0.3))  # type: ignore[arg-type]
+    # champion and previous where they were; the failed version does not end the streak
+    assert _aliases(client) == {CHAMPION: "2", PREVIOUS: "1", CHALLENGER: "4"}
+    assert client.get_model_version(NAME, "4").tags[TAG_DECISION] == "failed"
+    assert rejections_in_a_row(client, NAME) == 1
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -124,6 +124,7 @@ def test_catalog_items_need_sids(model_dir: Path, tiny_project) -> None:
         (pd.Series(["a", "b"]).to_numpy(), ["a", "b"]),
         (None, []),  # a null cell: no history (the popularity fallback)
         (float("nan"), []),
+        (pd.NA, []),  # a null in a pandas extension column
     ],
 )
 def test_parse_history(value: object, expected: list[str]) -> None:
