@@ -29,9 +29,24 @@ def run_steps(
 
 def run_stage(stage_task: Task[..., StageResult], settings: Settings) -> StageResult:
     """Run a stage task; if Prefect served it from cache but its outputs were deleted or changed
-    on disk since, run it again (the cache key covers inputs, not outputs)."""
+    on disk since, or the registry no longer holds the version it registered, run it again
+    (the cache key covers inputs, not outputs)."""
     result = stage_task(settings)
     if not result.outputs_intact():
         log.info("%s: cached outputs changed on disk, re-running", result.stage)
         result = stage_task.with_options(refresh_cache=True)(settings)
+    elif not registration_intact(result):
+        log.info("register: the registry no longer holds the cached version, registering again")
+        result = stage_task.with_options(refresh_cache=True)(settings)
     return result
+
+
+def registration_intact(result: StageResult) -> bool:
+    """False for a register result whose model version is not in today's registry (the store
+    was reset or replaced since); True for every other stage."""
+    m = result.metrics
+    if result.stage != "register" or m.get("skipped") or "version" not in m:
+        return True
+    from sidrec.registry import holds_version
+
+    return holds_version(m["model_name"], str(m["version"]), m["run_id"])

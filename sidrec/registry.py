@@ -273,6 +273,17 @@ def champion_version(client: Any, name: str) -> str | None:
         return None
 
 
+def holds_version(name: str, version: str, run_id: str) -> bool:
+    """Whether the project's registry still has ``name`` v``version``, registered from run
+    ``run_id`` (False after the store was reset, or for another store's version)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client().get_model_version(name, version).run_id) == run_id
+    except MlflowException:
+        return False
+
+
 def rejections_in_a_row(client: Any, name: str) -> int:
     """How many of ``name``'s newest versions the gate rejected since it last promoted one:
     versions newest first, counting ``sidrec.decision=rejected`` up to the first ``promoted``

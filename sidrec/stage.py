@@ -198,6 +198,10 @@ def stage_fingerprint(stage: Stage, settings: Settings) -> str:
         from sidrec.registry import champion_label  # a new champion: a new starting point
 
         digest.update(champion_label(settings).encode())
+    if stage == "register":  # another registry: another result (flows check it still holds it)
+        from sidrec.tracking import tracking_uri
+
+        digest.update(tracking_uri().encode())
     digest.update(code_fingerprint().encode())
     return digest.hexdigest()
 

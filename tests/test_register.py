@@ -357,3 +357,34 @@ def test_register_disabled_logs_nothing(project: Path, tiny_project) -> None:
     assert summary_line(result.metrics) == "skipped (register.enabled is false)"
     assert json.loads(settings.paths.metrics("register").read_text())["skipped"] is True
     assert not _registered(NAME)
+
+
+def test_a_cached_registration_the_registry_lost_is_registered_again(
+    tiny, prefect_harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect import flow
+
+    from flows.common import run_stage
+    from sidrec.registry import holds_version
+    from sidrec.stage import stage_fingerprint
+    from tasks.register import register_task
+
+    @flow
+    def register_flow(settings):
+        return run_stage(register_task, settings)
+
+    first = register_flow(tiny).metrics
+    assert register_flow(tiny).metrics["run_id"] == first["run_id"]  # served from the cache
+    # the store lost the version (reset, or cleaned by hand): the cached result is stale
+    mlflow.MlflowClient().delete_model_version(NAME, first["version"])
+    again = register_flow(tiny).metrics
+    assert again["run_id"] != first["run_id"] and again["promoted"]
+    assert holds_version(NAME, again["version"], again["run_id"])
+    assert _aliases(mlflow.MlflowClient()) == {
+        CHAMPION: again["version"],
+        CHALLENGER: again["version"],
+    }
+    # another store is another cache key
+    key = stage_fingerprint("register", tiny)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    assert stage_fingerprint("register", tiny) != key
