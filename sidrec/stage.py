@@ -36,13 +36,15 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "embed": ("project.dataset", "embed"),
     "sids": ("project.dataset", "project.seed", "sids"),
     "baselines": ("project.dataset", "project.seed", "split.max_history", "sasrec"),
-    # sft and grpo validate as evaluate ranks: its beams, batch size and seen-item exclusion
+    # sft and grpo validate as evaluate ranks: its beams, batch size and seen-item exclusion;
+    # sft sizes the SID vocabulary by sids.codebook_size
     "sft": (
         "project.dataset",
         "project.seed",
         "project.preset",
         "presets",
         "split.max_history",
+        "sids.codebook_size",
         "model",
         "sft",
         "evaluate.num_beams",
@@ -86,6 +88,10 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     ),
 }
 """``params.yaml`` keys each stage reads (``dvc.yaml`` lists the same)."""
+
+OUTPUT_PLACES = ("project.data_dir", "project.metrics_dir", "project.artifacts_dir")
+"""Where stages write: part of every Prefect cache key (not ``project.runs_dir``, which holds
+only each run's record, nor a preset the stage does not read)."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +195,7 @@ def _files(folder: Path) -> list[Path]:
 def stage_fingerprint(stage: Stage, settings: Settings) -> str:
     """Hash of what decides a stage's outputs: its params, its input files and the code."""
     digest = hashlib.sha256(stage.encode())
-    for key in (*STAGE_PARAMS[stage], "project"):
+    for key in (*STAGE_PARAMS[stage], *OUTPUT_PLACES):
         digest.update(f"{key}={settings.section(key)!r}".encode())
     for path in stage_inputs(stage, settings):
         digest.update(str(path).encode())

@@ -31,6 +31,23 @@ def _resolve(text: str, params: dict) -> str:
     return re.sub(r"\$\{([\w.]+)\}", value, text)
 
 
+def test_prefect_cache_keys_follow_the_params_each_stage_reads(project, make_settings):
+    from sidrec.stage import stage_fingerprint
+
+    base = make_settings(project)
+    keys = {stage: stage_fingerprint(stage, base) for stage in STAGES}
+    # a record folder or a preset changes nothing the data stages or SASRec read
+    for sections in ({"project": {"runs_dir": "elsewhere"}}, {"project": {"preset": "quality"}}):
+        other = make_settings(project, **sections)
+        for stage in ("ingest", "validate", "split", "embed", "sids", "baselines"):
+            assert stage_fingerprint(stage, other) == keys[stage], (sections, stage)
+    # sft sizes the SID vocabulary by the codebook; where outputs go is part of every key
+    wider = make_settings(project, sids={"codebook_size": 512})
+    assert stage_fingerprint("sft", wider) != keys["sft"]
+    moved = make_settings(project, project={"metrics_dir": "m2"})
+    assert all(stage_fingerprint(stage, moved) != keys[stage] for stage in STAGES)
+
+
 def test_dvc_stages_match_code_params_and_paths():
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     params = yaml.safe_load((REPO / "params.yaml").read_text())
