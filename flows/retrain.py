@@ -11,7 +11,7 @@ from flows.common import run_steps
 from flows.data import prepare_data
 from flows.dispatch import run_training
 from flows.sids import build_sids
-from sidrec.config import Settings, load_settings, save_run_config
+from sidrec.config import Settings, literal_override, load_settings, save_run_config
 from sidrec.dvc_state import record_in_dvc
 from sidrec.stage import STAGES, Stage, StageResult, reaches
 from sidrec.tracking import pipeline_run
@@ -40,7 +40,8 @@ def retrain(
     """
     # the shortcuts go last so they win over `overrides`, as the CLI flags win over --set
     shortcuts = {"project.dataset": dataset, "model.preset": preset}
-    overrides = [*(overrides or []), *(f"{k}={v}" for k, v in shortcuts.items() if v is not None)]
+    taken = (literal_override(k, v) for k, v in shortcuts.items() if v is not None)
+    overrides = [*(overrides or []), *taken]
     settings = load_settings(config_path, overrides)
     saved = save_run_config(settings, "retrain")
     get_run_logger().info(

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from sidrec.config import SOURCES, Settings, load_settings, save_run_config
+from sidrec.config import SOURCES, Settings, literal_override, load_settings, save_run_config
 from sidrec.distributed import is_main_process, world_size
 from sidrec.errors import SidrecError
 from sidrec.progress import configure_library_bars
@@ -77,7 +77,8 @@ class Options(NamedTuple):
             "ingest.items": self.items,
             "ingest.path": self.path,
         }
-        return [*(self.set_ or []), *(f"{k}={v}" for k, v in flags.items() if v is not None)]
+        shortcuts = (literal_override(k, v) for k, v in flags.items() if v is not None)
+        return [*(self.set_ or []), *shortcuts]
 
     def settings(self) -> Settings:
         return load_settings(self.config, self.overrides())

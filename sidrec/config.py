@@ -8,6 +8,7 @@ the same file for its per-key ``params``; Prefect flows and the CLI load it thro
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -681,6 +682,13 @@ class Settings(_Section):
         for name, keys in presets.items():
             if name == "default":
                 raise ValueError("'default' is the sections as written; name presets otherwise")
+            whole = [k for k, v in keys.items() if "." not in k or isinstance(v, dict)]
+            if whole:  # it would replace the section, every key it leaves out at its default
+                raise ValueError(
+                    f"{name}: {', '.join(whole)}: a preset key names one setting as "
+                    "section.key: value, not a section (to change a preset's key for one run, "
+                    "--set that section.key: --set wins over the preset)"
+                )
             outside = [k for k in keys if k.split(".")[0] not in PRESET_SECTIONS]
             if outside:
                 raise ValueError(
@@ -694,6 +702,14 @@ class Settings(_Section):
         if self.project.preset != "default" and self.project.preset not in self.presets:
             defined = ", ".join(["default", *self.presets])
             raise ValueError(f"project.preset: unknown preset {self.project.preset!r} ({defined})")
+        sections = self.to_yaml_dict()
+        for name, keys in self.presets.items():  # a typo shows now, not when the preset is chosen
+            unknown = [key for key in keys if not _has_key(sections, key)]
+            if unknown:
+                raise ValueError(
+                    f"presets.{name}: unknown key(s) {', '.join(unknown)} "
+                    "(check the spelling against params.yaml)"
+                )
         gate_k = int(self.register_.gate_metric.rsplit("@", 1)[1])
         if self.register_.enabled and gate_k not in self.evaluate.ks:
             raise ValueError(
@@ -725,6 +741,22 @@ class Settings(_Section):
         for part in dotted.split("."):
             value = value[part]
         return value
+
+
+def _has_key(sections: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = sections
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def literal_override(key: str, value: object) -> str:
+    """``key=value`` with the value taken as text, as a flag means it (``--dataset 2023`` is
+    the name "2023", a path may hold ``#``): quoted, so the YAML of :func:`parse_override`
+    reads it back unchanged."""
+    return f"{key}={json.dumps(str(value))}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -792,10 +824,11 @@ def with_preset(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
     The preset is the one ``project.preset`` names after the overrides (``--set
     project.preset=quality`` chooses one); its keys come from ``presets.<name>``."""
     data = apply_overrides(raw, overrides)
-    name = (data.get("project") or {}).get("preset", "default")
+    project = data.get("project")
+    name = project.get("preset", "default") if isinstance(project, dict) else "default"
     presets = data.get("presets") or {}
-    if name == "default" or not isinstance(presets, dict) or name not in presets:
-        return data  # an unknown name is reported by the settings model
+    if not isinstance(name, str) or not isinstance(presets, dict) or name not in presets:
+        return data  # the settings model reports a bad project section or an unknown name
     keys = presets[name]
     if not isinstance(keys, dict):
         raise ConfigError(f"presets.{name}: expected a mapping of section.key: value")

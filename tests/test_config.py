@@ -168,3 +168,42 @@ def test_bad_presets_are_config_errors():
             REPO / "params.yaml",
             ["presets.quality={model.tiny.depth: 3}", "project.preset=quality"],
         )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["presets.long={sft: {epochs: 20}}", "project.preset=long"],
+        ["presets.quality.sft.epochs=3"],  # nests {"sft": {"epochs": 3}} into the preset
+        ["presets.long={model.tiny: {layers: 3}}"],
+    ],
+)
+def test_a_preset_key_naming_a_section_is_refused(overrides):
+    # applied, it would reset every other key of that section to its default
+    with pytest.raises(ConfigError, match="a preset key names one setting as section.key"):
+        load_settings(REPO / "params.yaml", overrides)
+
+
+def test_a_misspelt_preset_key_is_refused_before_the_preset_is_chosen():
+    with pytest.raises(ConfigError, match=r"presets.fast: unknown key\(s\) sft.epoch "):
+        load_settings(REPO / "params.yaml", ["presets.fast={sft.epoch: 3}"])
+
+
+@pytest.mark.parametrize("override", ["project=5", "project=[a]", "project.preset=[quality]"])
+def test_a_malformed_project_section_is_a_config_error(override):
+    with pytest.raises(ConfigError, match="project"):
+        load_settings(REPO / "params.yaml", [override])
+
+
+def test_literal_overrides_keep_the_text_as_given():
+    from sidrec.config import literal_override
+
+    settings = load_settings(
+        REPO / "params.yaml",
+        [
+            literal_override("project.dataset", "2023"),
+            literal_override("ingest.interactions", "/data/a #1.csv"),
+        ],
+    )
+    assert settings.project.dataset == "2023"
+    assert str(settings.ingest.interactions) == "/data/a #1.csv"
