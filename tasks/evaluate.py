@@ -216,9 +216,11 @@ def _uncertainty(
 
 
 def _best_generative(users: pd.DataFrame, generative: list[str]) -> str | None:
-    """The SID model with the higher mean valid NDCG@10 (valid: never choose on test)."""
+    """The SID model with the higher mean valid NDCG@10, or NDCG at the largest K when
+    ``evaluate.ks`` leaves 10 out (valid: never choose on test)."""
     valid = users[users["split"] == "valid"]
-    metric = "ndcg@10" if "ndcg@10" in users.columns else users.columns[-1]
+    ndcg = sorted((c for c in users.columns if c.startswith("ndcg@")), key=lambda c: int(c[5:]))
+    metric = "ndcg@10" if "ndcg@10" in ndcg else ndcg[-1]
     means = {m: float(valid.loc[valid["model"] == m, metric].mean()) for m in generative}
     return max(means, key=lambda m: means[m]) if means else None
 

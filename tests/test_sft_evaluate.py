@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,18 @@ def test_evaluate_reports_every_model_on_full_catalog(trained, synthetic_project
     users = pd.read_parquet(trained.paths.eval_users)
     test_sft = users[(users["split"] == "test") & (users["model"] == "sft")]
     assert test_sft["ndcg@10"].mean() == pytest.approx(report["test"]["sft"]["ndcg@10"], abs=1e-6)
+
+
+def test_evaluate_without_k_10_picks_the_generative_model_by_its_largest_k(
+    trained, synthetic_project
+):
+    # (register's gate metric needs K=10, so the gate is off)
+    settings = synthetic_project.settings(
+        Path.cwd(), evaluate={"ks": [1, 5]}, register={"enabled": False}
+    )
+    report = evaluate(settings).metrics
+    assert report["best_generative"] == "sft" and "ndcg@10" not in report["test"]["sft"]
+    assert report["test"]["sft"]["ndcg@5"] >= 0
 
 
 @pytest.mark.slow
