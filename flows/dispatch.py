@@ -24,6 +24,8 @@ from prefect.exceptions import MissingContextError, ObjectNotFound
 from sidrec.config import Settings, load_settings
 from sidrec.errors import ConfigError
 from sidrec.stage import Stage, StageResult
+from sidrec.tracking import parent_run_id as pipeline_parent_run
+from sidrec.tracking import use_parent_run
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,7 @@ def train_remote(
     overrides: list[str] | None = None,
     until: Stage = "evaluate",
     accelerate_config: str | None = None,
+    parent_run_id: str | None = None,
 ) -> dict[str, StageResult]:
     """The training stages (baselines → sft → grpo → evaluate), run by whichever worker picks
     the run up.
@@ -52,11 +55,14 @@ def train_remote(
         accelerate_config: an Accelerate config file: sft and grpo run under ``accelerate
             launch`` with it, one process per GPU (``orchestration.accelerate_config``; the
             ``train-gpu`` deployment sets it, the parent run never passes it).
+        parent_run_id: the MLflow run of the pipeline that started this one: the stages' runs
+            nest under it (None: they are top-level runs).
     """
     if accelerate_config is not None:  # last, so it wins as the deployment's own setting
         overrides = [*(overrides or []), f"orchestration.accelerate_config={accelerate_config}"]
     settings = load_settings(config_path, overrides or [])
-    return _train_inline(settings, until)
+    with use_parent_run(parent_run_id):
+        return _train_inline(settings, until)
 
 
 def run_training(
@@ -77,6 +83,7 @@ def run_training(
         "config_path": config_path,
         "overrides": list(overrides or []),
         "until": until,
+        "parent_run_id": pipeline_parent_run(),  # the child's stage runs nest under it too
     }
     return _train_on_deployment(deployment, parameters, settings)
 

@@ -9,11 +9,16 @@ from typing import Any
 import pytest
 
 from sidrec.stage import StageResult
+from sidrec.tracking import PARENT_RUN_ENV, parent_run_id
+
+parents: list[str | None] = []
+"""The pipeline's MLflow parent run each fake training saw (what its stage runs nest under)."""
 
 
 def _fake_training(calls: list[tuple[Any, str]]):
     def train_recommender(settings, until="evaluate"):
         calls.append((settings, until))
+        parents.append(parent_run_id())
         return {
             "sft": StageResult(stage="sft", outputs={}, metrics={"steps": 3}),
             "evaluate": StageResult(stage="evaluate", outputs={}, metrics={"ks": [10]}),
@@ -59,11 +64,14 @@ def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
 
     def run_deployment(**kwargs):
         requested.update(kwargs)
+        monkeypatch.delenv(PARENT_RUN_ENV)  # the worker is another process, on another machine
         state = flows.dispatch.train_remote(**kwargs["parameters"], return_state=True)
         with get_client(sync_client=True) as client:
             return client.read_flow_run(state.state_details.flow_run_id)
 
     monkeypatch.setattr(flows.dispatch, "run_deployment", run_deployment)
+    monkeypatch.setenv(PARENT_RUN_ENV, "pipeline-run-1")  # as pipeline_run sets it
+    parents.clear()
     overrides = [
         "sids.embedding=text",  # as make_settings sets it for every test project
         "orchestration.gpu_deployment=train-remote/train-gpu",
@@ -80,6 +88,7 @@ def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
         "config_path": "params.yaml",
         "overrides": overrides,
         "until": "evaluate",
+        "parent_run_id": "pipeline-run-1",
     }
     # every parameter but the deployment's own: its accelerate_config (prefect.yaml)
     assert set(requested["parameters"]) | {"accelerate_config"} == set(
@@ -87,6 +96,7 @@ def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
     )
     ((child_settings, until),) = calls
     assert child_settings == settings and until == "evaluate"  # the child loaded the same config
+    assert parents == ["pipeline-run-1"]  # its stage runs nest under the pipeline's run
     assert {k: (r.stage, r.metrics) for k, r in results.items()} == {
         "sft": ("sft", {"steps": 3}),
         "evaluate": ("evaluate", {"ks": [10]}),
