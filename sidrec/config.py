@@ -97,6 +97,9 @@ class IngestConfig(_Section):
     """``csv`` source: items file (item_id, title[, description, brand, categories])."""
     path: Path | None = None
     """``minionerec`` source: the MiniOneRec data folder."""
+    category: str | None = None
+    """``minionerec`` source: the category to read where ``path`` holds several (MiniOneRec's
+    ``data/Amazon``), the name before ``.item.json``, e.g. ``Industrial_and_Scientific``."""
     min_rating: float | None = None
     """Keep interactions with rating >= this; null keeps every interaction (implicit feedback)."""
     amazon: AmazonConfig = AmazonConfig()

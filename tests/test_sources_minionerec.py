@@ -323,3 +323,20 @@ def test_ingest_stage_writes_raw_tables(project, make_settings):
     assert metrics["source"] == "minionerec"
     assert (metrics["users"], metrics["items"], metrics["interactions"]) == (51, 283, 321)
     assert result.metrics["interactions"] == 321
+
+
+def test_a_folder_of_several_categories_needs_ingest_category(tmp_path):
+    # MiniOneRec's data/Amazon holds every category side by side, each with item ids 0, 1, ...
+    folder = copy_sample(tmp_path)
+    for path in sorted(folder.rglob("Industrial_and_Scientific*")):
+        other = path.with_name(path.name.replace("Industrial_and_Scientific", "Office_Products"))
+        shutil.copy(path, other)
+    with pytest.raises(InputError) as err:
+        read_minionerec(folder)
+    assert "2 MiniOneRec categories (Industrial_and_Scientific, Office_Products)" in str(err.value)
+    assert "ingest.category" in str(err.value)
+    chosen = read_minionerec(folder, "Industrial_and_Scientific")
+    assert chosen.interactions.equals(read_minionerec(MINIONEREC_SAMPLE).interactions)
+    assert all("Office" not in str(p) for files in chosen.files.values() for p in files)
+    with pytest.raises(InputError, match="ingest.category 'Toys' has no files here"):
+        read_minionerec(folder, "Toys")

@@ -26,7 +26,7 @@ def read_source(cfg: IngestConfig) -> SourceTables:
     from sidrec.sources.minionerec import read_minionerec
 
     assert cfg.path is not None
-    return read_minionerec(cfg.path)
+    return read_minionerec(cfg.path, cfg.category)
 
 
 def source_files(cfg: IngestConfig) -> list[Path]:

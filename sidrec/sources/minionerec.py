@@ -25,8 +25,20 @@ SPLIT_ORDER = ("train", "valid", "test")
 SYNTHETIC_EPOCH = 946_684_800  # 2000-01-01T00:00:00Z
 
 
-def find_files(folder: Path) -> dict[str, list[Path]]:
-    """The recognised files of a MiniOneRec folder, by kind."""
+def category_of(path: Path) -> str | None:
+    """The MiniOneRec category a file belongs to: the name before ``.item.json`` /
+    ``.index.json``, or before ``_<k-core>_`` (``Industrial_and_Scientific_5_2016-10-2018-11.csv``);
+    None for a name without one (``train.csv``)."""
+    for suffix in (".item.json", ".index.json"):
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)]
+    match = re.match(r"(.+?)_\d+_", path.stem)
+    return match.group(1) if match else None
+
+
+def find_files(folder: Path, category: str | None = None) -> dict[str, list[Path]]:
+    """The recognised files of a MiniOneRec folder, by kind: of ``category`` only, which must
+    be given when the folder holds several (their item ids overlap: 0, 1, ... in each)."""
     if folder.is_file():
         raise InputError(
             "ingest.path names a file; the minionerec source reads a MiniOneRec data folder "
@@ -53,6 +65,7 @@ def find_files(folder: Path) -> dict[str, list[Path]]:
             split = _split_of(path)
             if split:
                 found[split].append(path)
+    found = _one_category(found, folder, category)
     if not any(found[s] for s in SPLIT_ORDER):
         raise InputError(
             "no train/valid/test CSV found (expected <folder>/{train,valid,test}/*.csv or files named *train*.csv ...)",
@@ -61,6 +74,28 @@ def find_files(folder: Path) -> dict[str, list[Path]]:
     if not found["item"] and not found["info"]:
         raise InputError("no item catalog found (expected *.item.json or info/*.txt)", path=folder)
     return found
+
+
+def _one_category(
+    found: dict[str, list[Path]], folder: Path, category: str | None
+) -> dict[str, list[Path]]:
+    present = sorted({c for files in found.values() for p in files if (c := category_of(p))})
+    if category is None:
+        if len(present) > 1:
+            raise InputError(
+                f"the folder holds {len(present)} MiniOneRec categories ({', '.join(present)}), "
+                "whose item ids overlap; choose one with ingest.category (e.g. --set "
+                f"ingest.category={present[0]})",
+                path=folder,
+            )
+        return found
+    if category not in present:
+        raise InputError(
+            f"ingest.category {category!r} has no files here (categories: "
+            f"{', '.join(present) or 'none named'})",
+            path=folder,
+        )
+    return {kind: [p for p in files if category_of(p) == category] for kind, files in found.items()}
 
 
 def _split_of(path: Path) -> str | None:
@@ -159,8 +194,8 @@ def rebuild_interactions(samples: list[pd.DataFrame]) -> pd.DataFrame:
     )
 
 
-def read_minionerec(folder: Path) -> SourceTables:
-    found = find_files(folder)
+def read_minionerec(folder: Path, category: str | None = None) -> SourceTables:
+    found = find_files(folder, category)
     catalog = read_catalog(found)
     catalog["item_id"] = normalize_ids(catalog["item_id"])
     split_files = [p for s in SPLIT_ORDER for p in found[s]]
