@@ -264,13 +264,24 @@ def _is_number(value: Any) -> bool:
 
 
 def champion_version(client: Any, name: str) -> str | None:
-    """The version behind ``name@champion``; None when the model or the alias does not exist."""
+    """The version behind ``name@champion``; None when the model or the alias does not exist.
+    Any other failure of the store (a server error, no permission) is raised, not read as
+    "no champion"."""
     from mlflow.exceptions import MlflowException
 
     try:
         return str(client.get_model_version_by_alias(name, CHAMPION).version)
-    except MlflowException:
-        return None
+    except MlflowException as exc:
+        if _not_found(exc):
+            return None
+        raise
+
+
+def _not_found(exc: Exception) -> bool:
+    """An MLflow answer that a model, version or alias does not exist (the codes the SQL and
+    REST stores give), as opposed to a failure of the store."""
+    code = getattr(exc, "error_code", None)
+    return code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
 
 
 def holds_version(name: str, version: str, run_id: str) -> bool:
@@ -280,8 +291,10 @@ def holds_version(name: str, version: str, run_id: str) -> bool:
 
     try:
         return str(client().get_model_version(name, version).run_id) == run_id
-    except MlflowException:
-        return False
+    except MlflowException as exc:
+        if _not_found(exc):
+            return False
+        raise
 
 
 def rejections_in_a_row(client: Any, name: str) -> int:

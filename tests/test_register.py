@@ -388,3 +388,20 @@ def test_a_cached_registration_the_registry_lost_is_registered_again(
     key = stage_fingerprint("register", tiny)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
     assert stage_fingerprint("register", tiny) != key
+
+
+def test_a_store_failure_is_not_read_as_no_champion(client: mlflow.MlflowClient) -> None:
+    from mlflow.exceptions import MlflowException
+
+    from sidrec.registry import champion_version
+
+    assert champion_version(client, NAME) is None  # no such model
+    client.create_registered_model(NAME)
+    assert champion_version(client, NAME) is None  # no champion alias yet
+
+    class Down:
+        def get_model_version_by_alias(self, name: str, alias: str) -> None:
+            raise MlflowException("server error", error_code="TEMPORARILY_UNAVAILABLE")
+
+    with pytest.raises(MlflowException, match="server error"):
+        champion_version(Down(), NAME)
