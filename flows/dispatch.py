@@ -24,8 +24,8 @@ from prefect.exceptions import MissingContextError, ObjectNotFound
 from sidrec.config import Settings, load_settings
 from sidrec.errors import ConfigError
 from sidrec.stage import Stage, StageResult
+from sidrec.tracking import end_orphaned_runs, use_parent_run
 from sidrec.tracking import parent_run_id as pipeline_parent_run
-from sidrec.tracking import use_parent_run
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ def train_remote(
     if accelerate_config is not None:  # last, so it wins as the deployment's own setting
         overrides = [*(overrides or []), f"orchestration.accelerate_config={accelerate_config}"]
     settings = load_settings(config_path, overrides or [])
+    # runs a killed process of this worker left RUNNING (the parent flow sweeps its own host)
+    end_orphaned_runs(settings.project.dataset)
     with use_parent_run(parent_run_id):
         return _train_inline(settings, until)
 

@@ -417,7 +417,8 @@ def load_champion(settings: Settings) -> Champion:
         )
     uri = f"models:/{name}@{CHAMPION}"
     log.info("loading %s (version %s)", uri, version)
-    return Champion(mlflow.pyfunc.load_model(uri), uri, version)
+    # by version: should the alias move meanwhile, the model is still the version reported
+    return Champion(mlflow.pyfunc.load_model(f"models:/{name}/{version}"), uri, version)
 
 
 def _registered(client: Any, name: str) -> bool:

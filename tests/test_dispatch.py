@@ -70,6 +70,8 @@ def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
             return client.read_flow_run(state.state_details.flow_run_id)
 
     monkeypatch.setattr(flows.dispatch, "run_deployment", run_deployment)
+    swept: list[str] = []
+    monkeypatch.setattr(flows.dispatch, "end_orphaned_runs", swept.append)
     monkeypatch.setenv(PARENT_RUN_ENV, "pipeline-run-1")  # as pipeline_run sets it
     parents.clear()
     overrides = [
@@ -97,6 +99,7 @@ def test_training_runs_as_a_child_deployment_run_and_returns_its_results(
     ((child_settings, until),) = calls
     assert child_settings == settings and until == "evaluate"  # the child loaded the same config
     assert parents == ["pipeline-run-1"]  # its stage runs nest under the pipeline's run
+    assert swept == [settings.project.dataset]  # the worker's own orphaned runs, before training
     assert {k: (r.stage, r.metrics) for k, r in results.items()} == {
         "sft": ("sft", {"steps": 3}),
         "evaluate": ("evaluate", {"ks": [10]}),
