@@ -181,7 +181,7 @@ class Recommender:
             rows[model_rows], scores[model_rows] = ranking.items, ranking.scores
         fallback = [not h for h in known]
         if any(fallback):
-            rows[fallback], scores[fallback] = self._popular(int(sum(fallback)), k)
+            rows[fallback], scores[fallback] = self.popular(int(sum(fallback)), k)
         if any(unknown):
             log.info(
                 "dropped %d unknown history item(s) from %d of %d histories",
@@ -197,7 +197,7 @@ class Recommender:
             out.scores.append([round(float(s), 6) for _, s in kept])
         return out
 
-    def _popular(self, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def popular(self, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(n, k) most popular items and their log share of the training interactions (the
         histories are empty: nothing to exclude)."""
         items = self.popularity.recommend(n, min(k, self.n_items))

@@ -143,22 +143,24 @@ def rescore(
     settings: Settings, champion: ChampionFiles, gate: pd.DataFrame, seen: list[list[str]] | None
 ) -> tuple[np.ndarray, int, int]:
     """The champion's per-user gate metric on ``gate`` with today's recommender code: history
-    items it does not know are dropped, targets it does not know are misses. Returns
-    (scores, dropped history items, unknown targets)."""
+    items it does not know are dropped, targets it does not know are misses, and a history
+    left with no known item gets the most popular items, as the served champion answers it.
+    Returns (scores, dropped history items, unknown targets)."""
     from models.metrics import per_row_metrics
     from models.pyfunc import Recommender
 
     metric = settings.register_.gate_metric.split(".", 1)[1]
     k = int(metric.split("@")[1])
     try:  # the champion's weights and SID map behind today's recommender code
-        recommender = Recommender.from_files(
+        served = Recommender.from_files(
             model_dir=champion.model_dir,
             sid_map=champion.sid_map,
             catalog=champion.catalog,
             generation=champion.generation,
             num_beams=settings.evaluate.num_beams,
             batch_size=settings.evaluate.batch_size,
-        ).ranker
+        )
+        recommender = served.ranker
     except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
         raise InputError(
             f"the champion v{champion.version} cannot be loaded for re-scoring: {exc}; "
@@ -168,11 +170,27 @@ def rescore(
     histories = [[i for i in h if i in known] for h in gate["history"]]
     dropped = sum(len(h) for h in gate["history"]) - sum(len(h) for h in histories)
     targets = np.array([recommender.index.get(t, -1) for t in gate["target"]])
-    ranking = recommender.rank(histories, min(k, recommender.n_items), exclude=seen, progress=True)
+    width = min(k, recommender.n_items)
+    ranked = [r for r, h in enumerate(histories) if h]
+    items = np.full((len(gate), width), -1, dtype=np.int64)
+    if ranked:
+        items[ranked] = recommender.rank(
+            [histories[r] for r in ranked],
+            width,
+            exclude=None if seen is None else [seen[r] for r in ranked],
+            progress=True,
+        ).items
+    empty = [r for r, h in enumerate(histories) if not h]
+    if empty:  # the most popular items, less the user's seen ones, as evaluate excludes them
+        order = [i for i in served.popular(1, recommender.n_items)[0][0].tolist() if i >= 0]
+        for r in empty:
+            banned = {recommender.index[i] for i in (seen[r] if seen else []) if i in known}
+            row = [i for i in order if i not in banned][:width]
+            items[r, : len(row)] = row
     scores = np.zeros(len(gate))
     hit = targets >= 0
     if hit.any():
-        topk = ranking.items[hit]
+        topk = items[hit]
         if topk.shape[1] < k:  # a catalog smaller than K: pad with misses
             topk = np.pad(topk, ((0, 0), (0, k - topk.shape[1])), constant_values=-1)
         scores[hit] = per_row_metrics(topk, targets[hit], [k])[metric]

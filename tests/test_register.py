@@ -405,3 +405,30 @@ def test_a_store_failure_is_not_read_as_no_champion(client: mlflow.MlflowClient)
 
     with pytest.raises(MlflowException, match="server error"):
         champion_version(Down(), NAME)
+
+
+def test_the_gate_ranks_an_unknown_history_by_popularity_as_serving_does(
+    tiny, tmp_path: Path
+) -> None:
+    import pandas as pd
+
+    from models.pyfunc import Recommender
+    from sidrec.registry import client, download_version
+    from tasks.register import rescore
+
+    assert register(tiny).metrics["promoted"]
+    files = download_version(client(), NAME, "1", tmp_path / "champion")
+    served = Recommender.from_files(
+        model_dir=files.model_dir,
+        sid_map=files.sid_map,
+        catalog=files.catalog,
+        generation=files.generation,
+    )
+    order = [served.item_ids[i] for i in served.popular(1, served.n_items)[0][0]]
+    # histories of items the champion never saw: nothing left to prompt with
+    gate = pd.DataFrame(
+        {"user_id": ["a", "b"], "history": [["new-1"], ["new-2", "new-3"]], "target": order[:2]}
+    )
+    scores, dropped, unknown = rescore(tiny, files, gate, [[], [order[0]]])
+    # the most popular item first; for b, after its seen item is excluded, the second
+    assert scores.tolist() == [1.0, 1.0] and (dropped, unknown) == (3, 0)
