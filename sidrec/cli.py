@@ -108,6 +108,19 @@ def common_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def _unreachable(exc: Exception) -> str | None:
+    """The URL of a server (the Prefect API) that could not be connected to; None for any
+    other error."""
+    import httpx
+
+    if not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return None
+    try:
+        return str(exc.request.url)
+    except RuntimeError:  # raised without its request
+        return "the server"
+
+
 @contextmanager
 def _errors(debug: bool) -> Iterator[None]:
     """Short readable errors and a non-zero exit; the traceback only with --debug."""
@@ -142,6 +155,14 @@ def _errors(debug: bool) -> Iterator[None]:
     except Exception as exc:
         if debug:
             raise
+        if (server := _unreachable(exc)) is not None:  # a server named by the environment
+            console.print(
+                f"[bold red]error:[/] cannot reach {server} ({exc}); is the server "
+                "running? (PREFECT_API_URL / MLFLOW_TRACKING_URI name the servers)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
         if isinstance(exc, OSError) and exc.filename is not None:
             # a path the configuration names that cannot be read or written (a folder that
             # cannot be created, no permission): nothing was written, as for other bad input

@@ -218,3 +218,25 @@ def test_automations_need_a_prefect_server():
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
         result = CliRunner().invoke(app, ["automations"])
     assert result.exit_code == 1 and "set PREFECT_API_URL" in result.output
+
+
+def test_an_unreachable_prefect_api_is_a_clear_error(project, sidrec_subprocess_env):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a free port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**sidrec_subprocess_env(project), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidrec", "automations"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot reach http://127.0.0.1:{port}/api" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
