@@ -194,8 +194,14 @@ def filter_users(inter: pd.DataFrame, min_interactions: int) -> tuple[pd.DataFra
     return inter[keep].reset_index(drop=True), int((counts < min_interactions).sum())
 
 
-def summarize(dataset: str, files: dict[str, str], failures: list[dict[str, Any]]) -> str:
-    """One readable paragraph per failure: which table/column, which expectation, how many rows."""
+def summarize(
+    dataset: str,
+    files: dict[str, str],
+    failures: list[dict[str, Any]],
+    rows_are: dict[str, str] | None = None,
+) -> str:
+    """One readable paragraph per failure: which table/column, which expectation, how many rows
+    (``rows_are``: per table, what its row numbers count; by default the data rows)."""
     lines = [f"Validation of dataset '{dataset}' failed ({len(failures)} check(s)):"]
     for f in failures:
         where = f"{files.get(f['table'], f['table'])}" + (
@@ -205,7 +211,8 @@ def summarize(dataset: str, files: dict[str, str], failures: list[dict[str, Any]
         if "unexpected_count" in f:
             text += f" — {f['unexpected_count']} of {f['rows_checked']} row(s) fail"
             if f["sample_rows"]:
-                text += f"; rows {f['sample_rows']} (0 = the first data row)"
+                counted = (rows_are or {}).get(f["table"], "0 = the first data row")
+                text += f"; rows {f['sample_rows']} ({counted})"
             if f["sample_values"]:
                 text += f"; sample values {f['sample_values']}"
         elif "observed" in f:
@@ -216,6 +223,34 @@ def summarize(dataset: str, files: dict[str, str], failures: list[dict[str, Any]
             text += f". {f['hint']}"
         lines.append(text)
     return "\n".join(lines)
+
+
+DROPPED_BY_INGEST = {
+    "interactions": "interactions_below_min_rating",
+    "items": "duplicate_item_rows_dropped",
+}
+"""The ingest note that counts a table's source rows dropped before its raw table."""
+
+
+def rows_are(ingest_metrics: Path, table: str, dataset: str) -> str:
+    """What a failure's row numbers count in ``table``: the CSV source file's data rows when
+    the raw table holds them one for one, else the raw table's rows, saying why."""
+    try:
+        recorded = json.loads(ingest_metrics.read_text())
+        if recorded["dataset"] != dataset:
+            raise KeyError(dataset)
+        source, notes = recorded["source"], recorded.get("notes") or {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return "0 = the raw table's first row"
+    dropped = int(notes.get(DROPPED_BY_INGEST[table]) or 0)
+    if source == "csv" and not dropped:
+        return "0 = the first data row"
+    if dropped:
+        return (
+            f"0 = the raw table's first row; ingest dropped {dropped} source row(s) before "
+            "it, so these are not the source file's rows"
+        )
+    return f"0 = the raw table's first row, as ingest built it from the {source} source"
 
 
 def _provenance(raw: Path, ingest_metrics: Path, table: str, dataset: str) -> str:
@@ -312,7 +347,8 @@ def validate(settings: Settings) -> StageResult:
             out.json(report, metrics_path)
             if drift is not None:  # the drift report that stopped the run
                 out.json(drift.report, paths.metrics("drift"))
-        raise ValidationFailed(summarize(settings.project.dataset, files, failures), report)
+        counted = {t: rows_are(paths.metrics("ingest"), t, dataset) for t in frames}
+        raise ValidationFailed(summarize(dataset, files, failures, counted), report)
     assert drift is not None
     outputs = _write_accepted(paths, inter, frames["items"], report, drift)
     log.info(

@@ -64,6 +64,21 @@ def test_null_ids_are_reported_with_rows(failure):
     assert "rows [1] (0 = the first data row)" in str(err)
 
 
+def test_rows_after_min_rating_are_counted_in_the_raw_table(ingest_and_validate):
+    # two low ratings first: the null id is the source's data row 3, the raw table's row 1
+    rows = (
+        "user_id,item_id,timestamp,rating\n1,a,1600000000,1\n1,b,1600000001,1\n"
+        "1,c,1600000002,5\n,d,1600000003,5\n"
+    )
+    with pytest.raises(ValidationFailed) as err:
+        ingest_and_validate(rows, ingest={"min_rating": 3})
+    assert err.value.report["failures"][0]["sample_rows"] == [1]
+    assert (
+        "rows [1] (0 = the raw table's first row; ingest dropped 2 source row(s) before it, "
+        "so these are not the source file's rows)"
+    ) in str(err.value)
+
+
 def test_unknown_items_and_far_future_and_duplicates(failure):
     rows = "user_id,item_id,timestamp\n1,a,1600000000\n1,zz,1600000001\n1,b,4102444800\n1,a,1600000000\n"
     err, report = failure(rows)
