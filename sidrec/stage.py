@@ -35,7 +35,14 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "split": ("project.dataset", "split"),
     "embed": ("project.dataset", "embed"),
     "sids": ("project.dataset", "project.seed", "sids"),
-    "baselines": ("project.dataset", "project.seed", "split.max_history", "sasrec"),
+    # SASRec selects its checkpoint as evaluate ranks (seen-item exclusion)
+    "baselines": (
+        "project.dataset",
+        "project.seed",
+        "split.max_history",
+        "sasrec",
+        "evaluate.exclude_seen",
+    ),
     # sft and grpo validate as evaluate ranks: its beams, batch size and seen-item exclusion;
     # sft sizes the SID vocabulary by sids.codebook_size
     "sft": (

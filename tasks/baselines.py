@@ -27,7 +27,7 @@ from sidrec.config import Settings
 from sidrec.errors import InputError
 from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_stats
-from sidrec.protocol import validation_half
+from sidrec.protocol import seen_items, validation_half
 from sidrec.schemas import ITEMS, SPLIT
 from sidrec.stage import StageResult
 from sidrec.tracking import log_stage, metric_key
@@ -69,7 +69,9 @@ def baselines(settings: Settings) -> StageResult:
     config = sasrec_config(settings)
     started = time.perf_counter()
     try:
-        result = train_sasrec(train, selection, item_ids, config)
+        # checkpoints chosen as SFT and GRPO choose theirs: ranked as evaluate ranks
+        seen = seen_items(train, selection) if settings.evaluate.exclude_seen else None
+        result = train_sasrec(train, selection, item_ids, config, exclude=seen)
     except ValueError as exc:
         raise InputError(f"SASRec cannot train on the splits: {exc}") from None
     seconds = time.perf_counter() - started
@@ -80,6 +82,7 @@ def baselines(settings: Settings) -> StageResult:
         "max_len": config.max_len,
         "windows": result.windows,
         "valid_selection_rows": len(selection),
+        "valid_selection_exclude_seen": settings.evaluate.exclude_seen,
         "best_epoch": result.best_epoch,
         "epochs_run": int(result.history[-1]["epoch"]),
         "valid_selection": {k: round(v, 6) for k, v in best.items() if "@" in k},

@@ -8,10 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from models.baselines.sasrec import evaluate_sasrec, load_baseline, recommend, train_sasrec
+from models.baselines import encode_targets
+from models.baselines.sasrec import load_baseline, recommend, train_sasrec
+from models.metrics import rank_metrics
 from sidrec.errors import InputError
 from sidrec.io import read_table
-from sidrec.protocol import validation_half
+from sidrec.protocol import seen_items, validation_half
 from sidrec.schemas import SPLIT
 from tasks.baselines import baselines, sasrec_config
 
@@ -54,11 +56,17 @@ def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(split_proje
 
     loaded = load_baseline(split_project.paths.sasrec_model, item_ids=ITEM_IDS)
     assert loaded.best_epoch == m["best_epoch"] and loaded.config == sasrec_config(split_project)
-    assert evaluate_sasrec(loaded, selection)["ndcg@10"] == pytest.approx(
+    # the checkpoint was chosen as evaluate ranks: each user's seen items left out
+    assert split_project.evaluate.exclude_seen and m["valid_selection_exclude_seen"]
+    train = read_table(paths.split("train"), SPLIT, "train split")
+    seen = seen_items(train, selection)
+    topk = recommend(loaded, list(selection["history"]), 10, exclude=seen)
+    targets = encode_targets(list(selection["target"]), loaded.index, "targets")
+    assert rank_metrics(topk, targets, [10])["ndcg@10"] == pytest.approx(
         m["valid_selection"]["ndcg@10"], abs=1e-6
     )
-    train = read_table(paths.split("train"), SPLIT, "train split")
-    trained = train_sasrec(train, selection, ITEM_IDS, sasrec_config(split_project), progress=False)
+    config = sasrec_config(split_project)
+    trained = train_sasrec(train, selection, ITEM_IDS, config, exclude=seen, progress=False)
     histories = list(valid["history"])
     assert np.array_equal(
         recommend(loaded, histories, N_ITEMS), recommend(trained.model, histories, N_ITEMS)

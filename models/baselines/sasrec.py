@@ -327,9 +327,14 @@ def train_sasrec(
     item_ids: Sequence[str],
     config: SASRecConfig,
     *,
+    exclude: Sequence[Sequence[str]] | None = None,
     progress: bool = True,
 ) -> SASRecTrainResult:
-    """Train SASRec on the train split; early-stop on, and restore the best, validation NDCG@10."""
+    """Train SASRec on the train split; early-stop on, and restore the best, validation NDCG@10.
+
+    ``exclude``: per ``valid`` row, the items its ranking leaves out (the user's seen items,
+    as evaluate ranks under ``evaluate.exclude_seen``), so the checkpoint is chosen on the
+    metric it is judged by."""
     index = catalog_index(item_ids)
     sequences = encode_histories(train_sequences(train), index, "train sequences")
     inputs, targets = _windows(sequences, config.max_len)
@@ -349,7 +354,7 @@ def train_sasrec(
         loss = _train_epoch(model, inputs, targets, optimizer, generator)
         if epoch % config.eval_every and epoch != config.max_epochs:
             continue
-        topk = recommend(model, valid_histories, max(DEFAULT_KS))
+        topk = recommend(model, valid_histories, max(DEFAULT_KS), exclude=exclude)
         record = {"epoch": epoch, "loss": loss, **rank_metrics(topk, valid_targets, DEFAULT_KS)}
         history.append(record)
         bar.set_postfix(loss=f"{loss:.4f}", ndcg10=f"{record['ndcg@10']:.4f}")

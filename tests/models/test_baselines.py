@@ -156,6 +156,16 @@ def test_sasrec_training_changes_every_parameter(splits: dict[str, pd.DataFrame]
     assert again.history == result.history  # seeded: the same run twice
 
 
+def test_sasrec_validates_with_the_given_exclusions(splits: dict[str, pd.DataFrame]) -> None:
+    # excluding every validation target leaves nothing to hit: the exclusion reaches the
+    # metric the checkpoint is chosen on
+    valid = splits["valid"]
+    targets = [[t] for t in valid["target"]]
+    config = tiny_config(max_epochs=2)
+    result = train_sasrec(splits["train"], valid, ITEMS, config, exclude=targets, progress=False)
+    assert [r["ndcg@10"] for r in result.history] == [0.0, 0.0]
+
+
 def test_recommend_returns_distinct_catalog_items(
     trained: SASRecTrainResult, splits: dict[str, pd.DataFrame]
 ) -> None:
