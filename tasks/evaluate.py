@@ -12,8 +12,10 @@ Protocol (recorded in the report next to the numbers):
 - the SID models rank with :class:`models.recommender.SidRecommender` at ``evaluate.num_beams``:
   the recommender the registered model serves;
 - uncertainty: a bootstrap interval over users per model and metric, and paired intervals of
-  the differences that matter (SFT − SASRec, GRPO − SFT, best generative − SASRec, where the
-  best generative model is the one with the higher valid NDCG@10: never chosen on test).
+  the differences that matter (SFT − SASRec, GRPO − SFT, best generative − SASRec). The best
+  generative model is chosen on the validation **selection** half, never on the gate half
+  scored here nor on test: GRPO where its own validation kept a step past its SFT start (it
+  scored above that start on the selection users), else SFT.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from models.recommender import SidRecommender
 from models.stats import bootstrap_interval, paired_bootstrap_interval
 from sidrec.config import Settings
 from sidrec.errors import InputError
-from sidrec.io import AtomicOutputs
+from sidrec.io import AtomicOutputs, read_json
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.protocol import fingerprint, seen_items, validation_half
 from sidrec.stage import StageResult
@@ -125,7 +127,8 @@ def evaluate(settings: Settings) -> StageResult:
             report[name][model_name]["truncated_prompts"] = truncated[model_name]
         report[f"{name}_rows"] = len(rows)
     users = pd.concat(per_user, ignore_index=True)
-    report |= _uncertainty(users, list(generators), cfg.bootstrap_resamples, settings.project.seed)
+    best = best_generative(settings, list(generators))
+    report |= _uncertainty(users, best, cfg.bootstrap_resamples, settings.project.seed)
     report["protocol"] = protocol(settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report)
     report["sasrec_best_epoch"] = sasrec.best_epoch
     report["seconds"] = round(time.perf_counter() - started, 1)
@@ -178,13 +181,13 @@ def _score(
 
 
 def _uncertainty(
-    users: pd.DataFrame, generative: list[str], resamples: int, seed: int
+    users: pd.DataFrame, best: str | None, resamples: int, seed: int
 ) -> dict[str, Any]:
-    """95% bootstrap intervals per split/model/metric and paired intervals of the differences."""
+    """95% bootstrap intervals per split/model/metric and paired intervals of the differences
+    (``best``: the generative model the "best generative" rows stand for)."""
     metrics = [c for c in users.columns if c not in ("split", "model", "user_id", "ranking")]
     intervals: dict[str, Any] = {}
     paired: dict[str, Any] = {}
-    best = _best_generative(users, generative)
     for split, rows in users.groupby("split", sort=False):
         by_model = {m: df.reset_index(drop=True) for m, df in rows.groupby("model", sort=False)}
         if best is not None:
@@ -215,14 +218,21 @@ def _uncertainty(
     return {"best_generative": best, "intervals": intervals, "paired": paired}
 
 
-def _best_generative(users: pd.DataFrame, generative: list[str]) -> str | None:
-    """The SID model with the higher mean valid NDCG@10, or NDCG at the largest K when
-    ``evaluate.ks`` leaves 10 out (valid: never choose on test)."""
-    valid = users[users["split"] == "valid"]
-    ndcg = sorted((c for c in users.columns if c.startswith("ndcg@")), key=lambda c: int(c[5:]))
-    metric = "ndcg@10" if "ndcg@10" in ndcg else ndcg[-1]
-    means = {m: float(valid.loc[valid["model"] == m, metric].mean()) for m in generative}
-    return max(means, key=lambda m: means[m]) if means else None
+def best_generative(settings: Settings, generative: list[str]) -> str | None:
+    """The SID model the "best generative" rows stand for, chosen on the validation selection
+    half: GRPO where its validation (``metrics/grpo.json``, written with its model) kept a step
+    past its start, i.e. it scored above its SFT start on those users; else SFT."""
+    if "grpo" not in generative:
+        return generative[0] if generative else None
+    path = settings.paths.metrics("grpo")
+    record = read_json(
+        path, "GRPO metrics", "run `sidrec grpo` first (it writes them with its model)"
+    )
+    if "best_step" not in record:
+        raise InputError(
+            "the GRPO metrics name no kept step (best_step); re-run `sidrec grpo`", path=path
+        )
+    return "grpo" if int(record["best_step"]) > 0 else "sft"
 
 
 def _rounded(interval: Any) -> dict[str, float]:

@@ -43,8 +43,8 @@ class Candidate(NamedTuple):
 
 def pick_candidate(settings: Settings) -> Candidate:
     """The model to register: ``register.candidate``, where ``auto`` means the SID model
-    evaluate picked on the validation gate users (``best_generative`` of ``metrics/eval.json``):
-    the GRPO model only where it scored above its SFT start there."""
+    evaluate picked (``best_generative`` of ``metrics/eval.json``): the GRPO model only where
+    it scored above its SFT start on the validation selection users."""
     from models.lm import check_model_dir
 
     paths = settings.paths

@@ -45,3 +45,22 @@ def test_items_after_holds_each_rows_target_and_the_users_next_targets():
     assert items_after(train, rows, 1) == [[t] for t in rows["target"]]
     with pytest.raises(ValueError, match="count must be >= 1"):
         items_after(train, rows, 0)
+
+
+def test_the_best_generative_model_is_chosen_on_the_selection_half(project, make_settings):
+    import json
+
+    from sidrec.errors import InputError
+    from tasks.evaluate import best_generative
+
+    settings = make_settings(project)
+    assert best_generative(settings, ["sft"]) == "sft" and best_generative(settings, []) is None
+    with pytest.raises(InputError, match="GRPO metrics not found; run `sidrec grpo` first"):
+        best_generative(settings, ["sft", "grpo"])
+    path = settings.paths.metrics("grpo")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # GRPO kept its start (step 0, the SFT weights): nothing beat SFT on the selection users
+    path.write_text(json.dumps({"best_step": 0}))
+    assert best_generative(settings, ["sft", "grpo"]) == "sft"
+    path.write_text(json.dumps({"best_step": 50}))
+    assert best_generative(settings, ["sft", "grpo"]) == "grpo"

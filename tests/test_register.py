@@ -332,7 +332,7 @@ def test_a_champion_that_cannot_be_loaded_moves_nothing(tiny, client) -> None:
 def test_register_auto_registers_the_model_evaluate_picked(
     project: Path, tiny_project, picked: str
 ) -> None:
-    """Not GRPO whenever it ran: the SID model evaluate picked on the gate users."""
+    """Not GRPO whenever it ran: the SID model evaluate picked."""
     settings = tiny_project.settings(project, grpo={"enabled": True}, register={"model_name": NAME})
     tiny_project.write(settings, grpo_model=True)
     with pytest.raises(InputError, match="run `sidrec evaluate` first"):
