@@ -277,6 +277,20 @@ class TinyModelConfig(_Section):
     vocab_size: int = Field(2000, ge=300)
     """Text vocabulary of the trained tokenizer (SID tokens come on top)."""
 
+    @model_validator(mode="after")
+    def _attention_shape(self) -> TinyModelConfig:
+        if self.hidden_size % self.heads:
+            raise ValueError(
+                f"model.tiny.heads ({self.heads}) must divide model.tiny.hidden_size "
+                f"({self.hidden_size})"
+            )
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"model.tiny.kv_heads ({self.kv_heads}) must divide model.tiny.heads "
+                f"({self.heads}): each key/value head serves a whole group of query heads"
+            )
+        return self
+
 
 class LoraConfig(_Section):
     enabled: bool = False
@@ -319,11 +333,9 @@ class SftConfig(_Section):
     epoch, each time after another context (25 of 50: most items twice, in 8 epochs the work
     14 epochs of plain windows took; docs/benchmarks.md, "Overlapping SFT windows"). null:
     ``window`` (every item once)."""
-    tasks: list[Literal["seq_rec", "sid2title", "title2sid", "title_history"]] = [
-        "seq_rec",
-        "sid2title",
-        "title2sid",
-    ]
+    tasks: list[Literal["seq_rec", "sid2title", "title2sid", "title_history"]] = Field(
+        ["seq_rec", "sid2title", "title2sid"], min_length=1
+    )
     """seq_rec (SID history → next SID) is the main task; the others align SIDs with item text."""
     item_text: str = "{title}"
     """``str.format`` template over item fields for the text the alignment tasks pair with each
@@ -466,7 +478,9 @@ class GrpoConfig(_Section):
     the MovieLens groups miss it); refused with rollout sample, whose groups are the policy's
     draws (set it false there)."""
     temperature: float = Field(1.0, gt=0)
-    """Sampling temperature (sample / dynamic rollouts)."""
+    """Sampling temperature (sample / dynamic rollouts). Under every rollout, beams included, the
+    loss's log-probs (policy, old policy, reference) are of ``logits / temperature`` too, as
+    TRL computes them."""
     rewards: GrpoRewardWeights = GrpoRewardWeights()
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dr_grpo"
     """TRL loss normalization; dr_grpo divides by G × max_completion_length (= SID length + 1)."""

@@ -220,8 +220,9 @@ def _uncertainty(
 
 def best_generative(settings: Settings, generative: list[str]) -> str | None:
     """The SID model the "best generative" rows stand for, chosen on the validation selection
-    half: GRPO where its validation (``metrics/grpo.json``, written with its model) kept a step
-    past its start, i.e. it scored above its SFT start on those users; else SFT."""
+    half: GRPO where its validation (``best_step`` in ``metrics/grpo.json``, which the grpo
+    stage writes right after its model) kept a step past its start, i.e. it scored above its
+    SFT start on those users; else SFT."""
     if "grpo" not in generative:
         return generative[0] if generative else None
     path = settings.paths.metrics("grpo")

@@ -348,14 +348,18 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     started = time.perf_counter()
     # TRL's MLflow callback, the validation metrics and the sample tables log into this run
     run_params = {"grpo": settings.section("grpo"), "model": settings.section("model")}
-    with training_run(dataset=settings.project.dataset, stage="grpo", params=run_params):
-        result = trainer.train()
-    seconds = time.perf_counter() - started
-    assert validator.best is not None, "validation runs before the first step"
-    shards = shard_records(trainer)
-    if not is_main_process():  # it trained its shard; the main process writes
-        return StageResult(stage="grpo", outputs={})
-    replace_dir(best_dir, paths.grpo_model)
+    try:
+        with training_run(dataset=settings.project.dataset, stage="grpo", params=run_params):
+            result = trainer.train()
+        seconds = time.perf_counter() - started
+        assert validator.best is not None, "validation runs before the first step"
+        shards = shard_records(trainer)
+        if not is_main_process():  # it trained its shard; the main process writes
+            return StageResult(stage="grpo", outputs={})
+        replace_dir(best_dir, paths.grpo_model)
+    finally:  # a failed or interrupted run leaves no copy of its best model behind
+        if is_main_process():
+            shutil.rmtree(best_dir, ignore_errors=True)
 
     metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
     metrics["valid_users"] = len(validation)

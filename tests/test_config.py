@@ -207,3 +207,19 @@ def test_literal_overrides_keep_the_text_as_given():
     )
     assert settings.project.dataset == "2023"
     assert str(settings.ingest.interactions) == "/data/a #1.csv"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.tiny.kv_heads=3", r"model.tiny.kv_heads \(3\) must divide model.tiny.heads \(4\)"),
+        (
+            "model.tiny.heads=3",
+            r"model.tiny.heads \(3\) must divide model.tiny.hidden_size \(128\)",
+        ),
+        ("sft.tasks=[]", "sft.tasks: List should have at least 1 item"),
+    ],
+)
+def test_model_shapes_and_sft_tasks_that_cannot_train_are_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(REPO / "params.yaml", [override])

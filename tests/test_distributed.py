@@ -72,6 +72,22 @@ def test_launches_that_cannot_save_one_model_are_refused(
         trainer_arguments(settings, "sft")
 
 
+def test_a_weight_average_under_fsdp_is_refused_before_any_work(
+    project, make_settings, monkeypatch
+):
+    from tasks.shared.training import trainer_arguments
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    settings = make_settings(project)  # sft.ema_decay 0.995 by default, grpo.ema_decay null
+    with pytest.raises(ConfigError, match=r"sft.ema_decay with FSDP.*sft.ema_decay=null"):
+        trainer_arguments(settings, "sft")
+    assert trainer_arguments(settings, "grpo")["learning_rate"] == settings.grpo.learning_rate
+    averaged = make_settings(project, grpo={"ema_decay": 0.98})
+    with pytest.raises(ConfigError, match="grpo.ema_decay with FSDP"):
+        trainer_arguments(averaged, "grpo")
+
+
 def test_other_ranks_open_no_mlflow_run(project, monkeypatch):
     import mlflow
 

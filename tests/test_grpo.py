@@ -113,6 +113,25 @@ def test_grpo_needs_the_sft_model(grpo_settings):
 
 
 @pytest.mark.slow
+def test_an_interrupted_run_leaves_no_best_model_copy(grpo_trained, monkeypatch):
+    from models.grpo_trainer import SidGRPOTrainer
+
+    settings = grpo_trained()
+    best_dir = settings.paths.grpo_dir / ".best"
+
+    def interrupted(self, *args, **kwargs):
+        self.callback_handler.on_train_begin(self.args, self.state, self.control)  # step 0 kept
+        assert (best_dir / "config.json").exists()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SidGRPOTrainer, "train", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        grpo(settings)
+    assert not best_dir.exists() and not settings.paths.grpo_model.exists()
+    assert not settings.paths.metrics("grpo").exists()
+
+
+@pytest.mark.slow
 def test_an_sft_model_that_does_not_match_the_sid_map_is_rejected(grpo_trained):
     settings = grpo_trained()
     sid_map = read_sid_map(settings.paths.sid_map)

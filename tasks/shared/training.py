@@ -24,7 +24,7 @@ def trainer_arguments(
 
     from sidrec.progress import interactive
 
-    check_launch(settings)
+    check_launch(settings, stage)
     cfg = settings.sft if stage == "sft" else settings.grpo
     folder = settings.paths.sft_dir if stage == "sft" else settings.paths.grpo_dir
     gpu = torch.cuda.is_available()
@@ -62,11 +62,12 @@ def lora_config(settings: Settings, modules_to_save: list[str] | None = None) ->
     )
 
 
-def check_launch(settings: Settings) -> None:
+def check_launch(settings: Settings, stage: Literal["sft", "grpo"] = "sft") -> None:
     """Refuse the ``accelerate launch`` setups whose parameters the stages cannot gather into one
     saved model: DeepSpeed ZeRO-3 and FSDP version 1 (use ZeRO-2 or FSDP2, whose sharded
-    parameters are gathered through ``torch.distributed.checkpoint``), and LoRA under FSDP (the
-    adapter is merged into the saved model, which needs the whole model in one process)."""
+    parameters are gathered through ``torch.distributed.checkpoint``), LoRA under FSDP (the
+    adapter is merged into the saved model, which needs the whole model in one process), and
+    the stage's weight average under FSDP (it averages whole parameters), before any work."""
     fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
         raise ConfigError(
@@ -84,6 +85,13 @@ def check_launch(settings: Settings) -> None:
             "model.lora.enabled with FSDP: the saved model merges the adapter, which needs the "
             "whole model in one process; launch LoRA with docker/accelerate/ddp.yaml or "
             "docker/accelerate/deepspeed_zero2.yaml"
+        )
+    ema = settings.sft.ema_decay if stage == "sft" else settings.grpo.ema_decay
+    if fsdp and ema is not None:
+        raise ConfigError(
+            f"{stage}.ema_decay with FSDP: the moving average keeps whole parameters, which "
+            f"FSDP shards; set {stage}.ema_decay=null, or launch with docker/accelerate/ddp.yaml "
+            "or docker/accelerate/deepspeed_zero2.yaml"
         )
 
 
