@@ -334,7 +334,8 @@ def sft(settings: Settings) -> StageResult:
         "truncated_prompts": builder.truncated,
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "train_loss": round(float(result.training_loss), 5),
-        "eval_loss": round(float(eval_metrics["eval_loss"]), 5),
+        # of the last step's weights: the kept model is the best validation's (or its average)
+        "eval_loss_last_step": round(float(eval_metrics["eval_loss"]), 5),
         "steps": int(result.global_step),
         "epochs_run": round(float(trainer.state.epoch or 0), 3),
         "stopped_early": validator.stopped_early,
@@ -379,7 +380,7 @@ def sft_task(settings: Settings) -> StageResult:
         "train_examples",
         "parameters",
         "train_loss",
-        "eval_loss",
+        "eval_loss_last_step",
     )
     stats += ("steps", "best_epoch", "epochs_run")
     publish_stats(

@@ -27,7 +27,7 @@ def test_sft_trains_a_loadable_model_with_sid_tokens(trained, sft_result, synthe
     # one sequence window per user (6 train items < sft.window) + sid2title + title2sid pairs
     assert m["train_examples"] == n_users + 2 * n_items
     assert m["objective"] == "sequence" and m["valid_history"]
-    assert np.isfinite(m["eval_loss"]) and m["steps"] > 0
+    assert np.isfinite(m["eval_loss_last_step"]) and m["steps"] > 0
     model, tokenizer = load_model_dir(trained.paths.sft_model)
     sid_map = read_sid_map(trained.paths.sid_map)
     for codes in sid_map.values():
