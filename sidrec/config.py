@@ -315,6 +315,19 @@ class ModelConfig(_Section):
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
 
+    @model_validator(mode="after")
+    def _path_for_hf_only(self) -> ModelConfig:
+        if self.preset == "hf" and not self.name_or_path:
+            raise ValueError(
+                "model.preset hf needs model.name_or_path (a hub id or a local folder)"
+            )
+        if self.preset != "hf" and self.name_or_path is not None:
+            raise ValueError(
+                f"model.name_or_path is read under model.preset hf only (preset is "
+                f"{self.preset!r}); set model.preset=hf to load it, or name_or_path=null"
+            )
+        return self
+
 
 class SftConfig(_Section):
     """Stage 6: supervised fine-tuning with TRL's SFTTrainer."""
@@ -423,6 +436,27 @@ class SftConfig(_Section):
                 f"window_stride ({self.window_stride}) > window ({self.window}) would skip "
                 f"items between windows; set sft.window_stride to at most {self.window}, or "
                 "null for windows that do not overlap"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sequence_only_keys(self) -> SftConfig:
+        if self.objective == "sequence":
+            return self
+        used = {
+            k: v
+            for k, v in (
+                ("distill", self.distill),
+                ("corrupt_items", self.corrupt_items),
+                ("drop_items", self.drop_items),
+            )
+            if v > 0
+        }
+        if used:
+            keys = ", ".join(f"{k}={v}" for k, v in used.items())
+            raise ValueError(
+                f"{keys} act on sequence windows (objective sequence); objective "
+                f"{self.objective!r} has none: set {' and '.join(f'sft.{k}=0' for k in used)}"
             )
         return self
 

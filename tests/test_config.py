@@ -223,3 +223,16 @@ def test_literal_overrides_keep_the_text_as_given():
 def test_model_shapes_and_sft_tasks_that_cannot_train_are_refused(override, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(REPO / "params.yaml", [override])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.preset=hf"], "model.preset hf needs model.name_or_path"),
+        (["model.name_or_path=Qwen/Qwen2.5-0.5B"], "read under model.preset hf only"),
+    ],
+)
+def test_name_or_path_goes_with_the_hf_preset(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(REPO / "params.yaml", overrides)
+    assert load_settings(REPO / "params.yaml", ["model.preset=hf", "model.name_or_path=x"])

@@ -369,7 +369,7 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
     rows = synthetic_project.settings(
         settings.paths.data_dir.parent,
         grpo={**GRPO, "sft_anchor": 0.5},
-        sft={"objective": "rows"},
+        sft={"objective": "rows", "distill": 0},
     )
     with pytest.raises(ConfigError, match=r"grpo.sft_anchor is 0.5 but sft.objective is 'rows'"):
         check_grpo_config(rows, n_items=100)

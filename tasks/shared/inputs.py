@@ -15,7 +15,7 @@ from models.baselines import train_sequences
 from models.recommender import SidRecommender
 from models.sid import SidMap, read_sid_map, sid_tokens
 from sidrec.config import Settings
-from sidrec.errors import ConfigError, InputError
+from sidrec.errors import InputError
 from sidrec.io import read_table
 from sidrec.schemas import ITEMS, SPLIT
 from tasks.shared.texts import render_texts
@@ -165,11 +165,6 @@ def sasrec_teacher(
     cfg = settings.sft
     if cfg.distill == 0:
         return None
-    if cfg.objective != "sequence":
-        raise ConfigError(
-            f"sft.distill={cfg.distill} needs sft.objective=sequence (the teacher scores the "
-            f"items of sequence windows; got {cfg.objective!r}); set sft.distill=0"
-        )
     from models.distill import SasrecTeacher
 
     model = (sasrec or sasrec_loader(settings, item_ids))()
