@@ -61,9 +61,11 @@ def seen_items(
     """For each row of ``rows``: every item its user had before the row's target.
 
     That is the user's whole train history (every history item and target of their train
-    rows), the row's own history, and the items of the ``earlier`` splits' rows of that user
-    whose target came no later than this row's (for test rows: the valid target). Sorted,
-    distinct item ids per row.
+    rows), the row's own history, the items of the ``earlier`` splits' rows of that user
+    whose target came no later than this row's (for test rows: the valid target), and the
+    items of the user's earlier rows among ``rows`` themselves (a sliding-window split gives a
+    user several rows, whose old items fall out of a capped history). Sorted, distinct item
+    ids per row.
     """
     per_user: dict[str, set[str]] = {}
     for user, history, target in zip(
@@ -89,8 +91,9 @@ def seen_items(
         for when, items in later.get(str(user), ()):
             if when <= stamp:
                 seen |= items
-        out.append(sorted(seen))
-    return out
+        out.append(seen)
+    own = rows.reset_index(drop=True)
+    return [sorted(a | set(b)) for a, b in zip(out, items_before(own, own), strict=True)]
 
 
 def in_user_order(split: pd.DataFrame) -> pd.DataFrame:

@@ -35,6 +35,33 @@ def test_items_before_follows_the_rows_order_not_the_splits():
     assert items_before(train, rows) == [["x"], ["a", "b", "c"], ["a", "b"], ["a"]]
 
 
+def test_seen_items_hold_the_users_earlier_rows_of_the_scored_split():
+    # a sliding-window test split: one user, three rows, histories capped at one item
+    train = pd.DataFrame(
+        {
+            "user_id": ["u"] * 2,
+            "history": [["i1"], ["i2"]],
+            "target": ["i2", "i3"],
+            "timestamp": [2, 3],
+        }
+    )
+    test = pd.DataFrame(
+        {
+            "user_id": ["u"] * 3,
+            "history": [["i3"], ["i4"], ["i5"]],
+            "target": ["i4", "i5", "i6"],
+            "timestamp": [4, 5, 6],
+        }
+    )
+    assert seen_items(train, test) == [
+        ["i1", "i2", "i3"],
+        ["i1", "i2", "i3", "i4"],
+        ["i1", "i2", "i3", "i4", "i5"],  # i4 fell out of the capped history, still seen
+    ]
+    # leave-one-out (one row per user) is unchanged: the row's own history is already in
+    assert seen_items(train, test.iloc[[2]]) == [["i1", "i2", "i3", "i5"]]
+
+
 def test_items_after_holds_each_rows_target_and_the_users_next_targets():
     train = _train()  # u's targets b c d (ties at t=3 in file order: c then d), v's y
     rows = train.iloc[::-1]  # any order of rows; the user's order comes from the split
