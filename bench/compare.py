@@ -56,6 +56,14 @@ def main() -> None:
         rows = table[(table["split"] == args.split) & (table["model"] == model)]
         if rows.empty:
             raise InputError(f"no {args.split} rows of model {model!r}", path=path)
+        repeated = rows["user_id"][rows["user_id"].duplicated()]
+        if not repeated.empty:  # pairing by user would multiply such a user's rows
+            raise InputError(
+                f"{repeated.nunique()} user(s) have several {args.split} rows (e.g. "
+                f"{repeated.iloc[0]!r}: a sliding-window split); bench.compare pairs one row "
+                "per user, as a leave-one-out split has",
+                path=path,
+            )
         return rows.set_index("user_id")[list(METRICS)]
 
     if len(args.runs) % 2:

@@ -57,3 +57,12 @@ def test_an_odd_folder_count_or_other_users_are_refused(tmp_path, monkeypatch, c
         _compare(monkeypatch, capsys, a, a, b)
     with pytest.raises(InputError, match="scored different test users"):
         _compare(monkeypatch, capsys, a, b)
+
+
+def test_a_split_with_several_rows_per_user_is_refused(tmp_path, monkeypatch, capsys) -> None:
+    a = _run(tmp_path, "a", {"sft": [0.1, 0.2]})
+    table = pd.read_parquet(a / "metrics" / "eval_users.parquet")
+    table["user_id"] = "u0"  # a sliding-window split: one user, two test rows
+    table.to_parquet(a / "metrics" / "eval_users.parquet")
+    with pytest.raises(InputError, match=r"1 user\(s\) have several test rows .*'u0'"):
+        _compare(monkeypatch, capsys, a, a)
