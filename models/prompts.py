@@ -116,8 +116,11 @@ class PromptBuilder:
         self.eos = tokenizer.eos_token
         self.bos = tokenizer.bos_token or tokenizer.eos_token
         levels = len(next(iter(sid_map.values())))
+        self.max_length = max_length
         self.max_prompt = max_length - levels - 2  # room for the SID and EOS
         self.truncated = 0
+        self.texts_cut = 0
+        """Alignment pairs whose item text was cut to fit the context (the SID never is)."""
 
     def count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -148,12 +151,35 @@ class PromptBuilder:
         return Example(self.bos, completion)
 
     def alignment_examples(self, task: str) -> list[Example]:
-        """sid2title or title2sid pairs for every catalog item."""
-        if task == "sid2title":
-            return [
-                Example(sid2title_prompt(self.sid_map[i]), " " + t) for i, t in self.titles.items()
-            ]
-        return [
-            Example(title2sid_prompt(t), sid_string(self.sid_map[i]))
-            for i, t in self.titles.items()
-        ]
+        """sid2title or title2sid pairs for every catalog item, each item text cut to fit the
+        context where it is too long (counted in ``texts_cut``): the trainer would otherwise cut
+        the pair's end, the SID of a title2sid pair or the EOS of a sid2title one."""
+        examples = []
+        for item, text in self.titles.items():
+            sid = self.sid_map[item]
+            if task == "sid2title":
+                prompt = sid2title_prompt(sid)
+                fitted = self._fit(text, lambda t, p=prompt: self.count(p) + self.count(" " + t))
+                examples.append(Example(prompt, " " + fitted))
+            else:
+                size = len(sid)
+                fitted = self._fit(text, lambda t, n=size: self.count(title2sid_prompt(t)) + n)
+                examples.append(Example(title2sid_prompt(fitted), sid_string(sid)))
+        return examples
+
+    def _fit(self, text: str, tokens: Callable[[str], int]) -> str:
+        """``text``, or its longest token prefix whose pair (``tokens``: its length in tokens)
+        leaves room for BOS and EOS in the context."""
+        room = self.max_length - 2
+        if tokens(text) <= room:
+            return text
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        low, high = 0, len(ids)
+        while low < high:  # the longest prefix that fits
+            mid = (low + high + 1) // 2
+            if tokens(self.tokenizer.decode(ids[:mid])) <= room:
+                low = mid
+            else:
+                high = mid - 1
+        self.texts_cut += 1
+        return str(self.tokenizer.decode(ids[:low]))

@@ -238,6 +238,11 @@ def sft(settings: Settings) -> StageResult:
             "%d prompt(s) were longer than model.max_length and lost their oldest items",
             builder.truncated,
         )
+    if builder.texts_cut:
+        log.warning(
+            "%d alignment pair(s) had their item text (sft.item_text) cut to fit model.max_length",
+            builder.texts_cut,
+        )
 
     check_enough(len(examples), world_size(), "training examples")  # one for each process
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
@@ -332,6 +337,7 @@ def sft(settings: Settings) -> StageResult:
         "train_examples": len(examples),
         "eval_examples": len(evals),
         "truncated_prompts": builder.truncated,
+        "item_texts_cut": builder.texts_cut,
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "train_loss": round(float(result.training_loss), 5),
         # of the last step's weights: the kept model is the best validation's (or its average)

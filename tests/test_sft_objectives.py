@@ -98,8 +98,7 @@ def test_sft_trains_without_the_held_out_rows(make_settings, project):
 
 def test_the_alignment_pairs_carry_the_item_text(make_settings, project):
     """GRPO's title prompts read the same builder texts (tasks/grpo.py, ``title_rows``)."""
-    from types import SimpleNamespace
-
+    from models.lm import add_sid_tokens, train_tokenizer
     from models.prompts import PromptBuilder, sid2title_prompt, title2sid_prompt
 
     items = pd.DataFrame(
@@ -112,7 +111,8 @@ def test_the_alignment_pairs_carry_the_item_text(make_settings, project):
     texts = item_texts(settings, items)
     assert texts == {"1": "Heat (1995): Action, Crime", "2": "Fargo (): Crime"}
     sid_map = {"1": [0, 1], "2": [1, 0]}
-    tokenizer = SimpleNamespace(bos_token="<s>", eos_token="</s>")
+    tokenizer = train_tokenizer([*texts.values(), title2sid_prompt("")] * 5, 300)
+    add_sid_tokens(tokenizer, 2, 2)
     builder = PromptBuilder(tokenizer=tokenizer, sid_map=sid_map, titles=texts, max_length=64)
     assert builder.alignment_examples("sid2title") == [
         (sid2title_prompt([0, 1]), " Heat (1995): Action, Crime"),

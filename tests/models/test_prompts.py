@@ -78,3 +78,19 @@ def test_the_format_is_saved_with_the_model(tokenizer, tmp_path, tiny_model):
         prompt_format(model)
     with pytest.raises(ValueError, match="unknown prompt format"):
         _builder(tokenizer, "bogus")
+
+
+def test_alignment_texts_are_cut_to_fit_the_context_and_counted(tokenizer):
+    long_text = " ".join(["Film number one"] * 40)
+    builder = PromptBuilder(
+        tokenizer=tokenizer, sid_map=SID_MAP, titles={"x": long_text, "y": "t"}, max_length=32
+    )
+    for task in ("sid2title", "title2sid"):
+        examples = builder.alignment_examples(task)
+        for example in examples:  # BOS + pair + EOS within the context, the SID whole
+            pair = builder.count(example.prompt) + builder.count(example.completion)
+            assert pair + 2 <= 32
+        assert examples[1].completion in (" t", "<a_1><b_0>")  # a short text is left alone
+    assert builder.texts_cut == 2  # the long text, once per task
+    title2sid = builder.alignment_examples("title2sid")[0]
+    assert title2sid.completion == "<a_0><b_1>" and "Film number one" in title2sid.prompt
