@@ -159,25 +159,24 @@ class PromptBuilder:
             sid = self.sid_map[item]
             if task == "sid2title":
                 prompt = sid2title_prompt(sid)
-                fitted = self._fit(text, lambda t, p=prompt: self.count(p) + self.count(" " + t))
+                fitted = self._fit(text, lambda t: " " + t, self.count(prompt))
                 examples.append(Example(prompt, " " + fitted))
             else:
-                size = len(sid)
-                fitted = self._fit(text, lambda t, n=size: self.count(title2sid_prompt(t)) + n)
+                fitted = self._fit(text, title2sid_prompt, len(sid))
                 examples.append(Example(title2sid_prompt(fitted), sid_string(sid)))
         return examples
 
-    def _fit(self, text: str, tokens: Callable[[str], int]) -> str:
-        """``text``, or its longest token prefix whose pair (``tokens``: its length in tokens)
-        leaves room for BOS and EOS in the context."""
-        room = self.max_length - 2
-        if tokens(text) <= room:
+    def _fit(self, text: str, render: Callable[[str], str], others: int) -> str:
+        """``text``, or its longest token prefix for which ``render(text)`` and ``others``
+        tokens (the rest of the pair) leave room for BOS and EOS in the context."""
+        room = self.max_length - 2 - others
+        if self.count(render(text)) <= room:
             return text
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         low, high = 0, len(ids)
         while low < high:  # the longest prefix that fits
             mid = (low + high + 1) // 2
-            if tokens(self.tokenizer.decode(ids[:mid])) <= room:
+            if self.count(render(self.tokenizer.decode(ids[:mid]))) <= room:
                 low = mid
             else:
                 high = mid - 1
