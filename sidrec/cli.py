@@ -108,17 +108,27 @@ def common_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def _unreachable(exc: Exception) -> str | None:
-    """The URL of a server (the Prefect API) that could not be connected to; None for any
-    other error."""
+def _environment_error(exc: Exception) -> str | None:
+    """What went wrong, where the environment rather than the code is at fault: a server that
+    cannot be reached (the Prefect API), or a path the configuration names that cannot be read
+    or written (nothing was written, as for other bad input); None for any other error."""
     import httpx
 
-    if not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-        return None
-    try:
-        return str(exc.request.url)
-    except RuntimeError:  # raised without its request
-        return "the server"
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        try:
+            server = str(exc.request.url)
+        except RuntimeError:  # raised without its request
+            server = "the server"
+        return (
+            f"cannot reach {server} ({exc}); is the server running? (PREFECT_API_URL / "
+            "MLFLOW_TRACKING_URI name the servers)"
+        )
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return (
+            f"{exc.filename}: {exc.strerror} (check the paths of params.yaml and --set: "
+            "project.*_dir, ingest.*)"
+        )
+    return None
 
 
 @contextmanager
@@ -155,23 +165,8 @@ def _errors(debug: bool) -> Iterator[None]:
     except Exception as exc:
         if debug:
             raise
-        if (server := _unreachable(exc)) is not None:  # a server named by the environment
-            console.print(
-                f"[bold red]error:[/] cannot reach {server} ({exc}); is the server "
-                "running? (PREFECT_API_URL / MLFLOW_TRACKING_URI name the servers)",
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(1) from None
-        if isinstance(exc, OSError) and exc.filename is not None:
-            # a path the configuration names that cannot be read or written (a folder that
-            # cannot be created, no permission): nothing was written, as for other bad input
-            console.print(
-                f"[bold red]error:[/] {exc.filename}: {exc.strerror} (check the paths of "
-                "params.yaml and --set: project.*_dir, ingest.*)",
-                highlight=False,
-                soft_wrap=True,
-            )
+        if (problem := _environment_error(exc)) is not None:  # bad input, not a bug of ours
+            console.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         console.print(
             f"[bold red]unexpected error:[/] {type(exc).__name__}: {exc}\n(run again with --debug for the traceback)",

@@ -225,6 +225,16 @@ def summarize(
     return "\n".join(lines)
 
 
+def _ingest_record(ingest_metrics: Path, dataset: str) -> Any:
+    """``metrics/ingest.json`` when it is this dataset's (it is one file: the last ingest may
+    have been another dataset's), else None."""
+    try:
+        recorded = json.loads(ingest_metrics.read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) and recorded.get("dataset") == dataset else None
+
+
 DROPPED_BY_INGEST = {
     "interactions": "interactions_below_min_rating",
     "items": "duplicate_item_rows_dropped",
@@ -235,12 +245,10 @@ DROPPED_BY_INGEST = {
 def rows_are(ingest_metrics: Path, table: str, dataset: str) -> str:
     """What a failure's row numbers count in ``table``: the CSV source file's data rows when
     the raw table holds them one for one, else the raw table's rows, saying why."""
+    recorded = _ingest_record(ingest_metrics, dataset)
     try:
-        recorded = json.loads(ingest_metrics.read_text())
-        if recorded["dataset"] != dataset:
-            raise KeyError(dataset)
         source, notes = recorded["source"], recorded.get("notes") or {}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         return "0 = the raw table's first row"
     dropped = int(notes.get(DROPPED_BY_INGEST[table]) or 0)
     if source == "csv" and not dropped:
@@ -257,9 +265,8 @@ def _provenance(raw: Path, ingest_metrics: Path, table: str, dataset: str) -> st
     """``data/raw/<ds>/x.parquet (from <source file>)`` when ingest recorded its source for
     this dataset (``metrics/ingest.json`` is one file: the last ingest may be another one's)."""
     try:
-        recorded = json.loads(ingest_metrics.read_text())
-        sources = recorded["sources"][table] if recorded["dataset"] == dataset else None
-    except (OSError, ValueError, KeyError, TypeError):
+        sources = _ingest_record(ingest_metrics, dataset)["sources"][table]
+    except (KeyError, TypeError):
         sources = None
     return f"{raw} (from {', '.join(sources)})" if sources else str(raw)
 
