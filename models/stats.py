@@ -6,6 +6,11 @@ difference between two models. Intervals are computed over users (rows of
 ``scipy.stats.bootstrap``. Comparing two models on the *same* users should use the paired
 interval: per-user difficulty is shared by both models and cancels in the difference, so a
 real gap shows up even when the two unpaired intervals overlap.
+
+Where a user has several rows (a sliding-window split scores every later interaction), the
+rows are not independent: ``groups`` names each row's user and the bootstrap then resamples
+users with all their rows (a cluster bootstrap of the row mean), so such a user counts as one
+draw, not as many.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 MAX_RESAMPLED_VALUES = 1 << 22
@@ -31,15 +37,26 @@ class Interval(NamedTuple):
 
 
 def bootstrap_interval(
-    values: np.ndarray, *, confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0
+    values: np.ndarray,
+    *,
+    groups: np.ndarray | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
 ) -> Interval:
     """Percentile-bootstrap interval of ``values.mean()``, resampling rows (users).
 
-    ``values`` holds one score per user (e.g. ``per_row_metrics(...)["hr@10"]``). The same
-    ``seed`` gives the same interval, so reported intervals can be reproduced.
+    ``values`` holds one score per row (e.g. ``per_row_metrics(...)["hr@10"]``). ``groups``
+    (optional, one label per row: the row's user) makes the users the resampled unit where a
+    user has several rows; with one row per user it changes nothing. The same ``seed`` gives
+    the same interval, so reported intervals can be reproduced.
     """
     values = _validate_values(values, "values")
-    low, high = _percentile_bootstrap((values,), np.mean, confidence, n_resamples, seed)
+    clusters = _clusters(values, groups)
+    if clusters is None:
+        low, high = _percentile_bootstrap((values,), np.mean, confidence, n_resamples, seed)
+    else:
+        low, high = _percentile_bootstrap(clusters, _pooled_mean, confidence, n_resamples, seed)
     return Interval(float(values.mean()), low, high)
 
 
@@ -47,18 +64,22 @@ def paired_bootstrap_interval(
     a: np.ndarray,
     b: np.ndarray,
     *,
+    groups: np.ndarray | None = None,
     confidence: float = 0.95,
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> Interval:
     """Interval of ``mean(a - b)`` with the same users resampled for both models.
 
-    ``a[i]`` and ``b[i]`` must score the same user ``i``. Resampling users jointly and
-    taking ``mean(a*) - mean(b*)`` equals ``mean((a - b)*)``, so this is the bootstrap of
-    the per-user differences. An interval that excludes 0 means ``a`` and ``b`` differ.
+    ``a[i]`` and ``b[i]`` must score the same row ``i`` (``groups[i]``: its user, as in
+    ``bootstrap_interval``). Resampling users jointly and taking ``mean(a*) - mean(b*)``
+    equals ``mean((a - b)*)``, so this is the bootstrap of the per-user differences. An
+    interval that excludes 0 means ``a`` and ``b`` differ.
     """
     a, b = _validate_pair(a, b)
-    return bootstrap_interval(a - b, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return bootstrap_interval(
+        a - b, groups=groups, confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
 
 
 def paired_ratio_interval(
@@ -86,6 +107,12 @@ def paired_ratio_interval(
 
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample where b is all 0
         low, high = _percentile_bootstrap((a, b), ratio, confidence, n_resamples, seed)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        raise ValueError(
+            f"the ratio's interval is unbounded: b scores above 0 for {int((b > 0).sum())} of "
+            f"{len(b)} users, so some resamples hold none of them; compare on more users or "
+            "report the paired difference (paired_bootstrap_interval) instead"
+        )
     return Interval(float(a.mean() / b.mean()), low, high)
 
 
@@ -151,6 +178,36 @@ def _percentile_bootstrap(
     )
     ci = result.confidence_interval
     return float(ci.low), float(ci.high)
+
+
+def _clusters(
+    values: np.ndarray, groups: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per group, the sum of its rows' values and its row count (groups in order of first
+    appearance); None when there are no groups or every row is its own group."""
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    if groups.shape != values.shape:
+        raise ValueError(
+            f"groups must name one user per row, got {len(groups)} labels for {len(values)} rows"
+        )
+    codes = pd.factorize(groups)[0]
+    if (codes < 0).any():
+        raise ValueError("groups must not hold missing labels: every row needs its user")
+    counts = np.bincount(codes)
+    if len(counts) == len(values):
+        return None
+    if len(counts) < 2:
+        raise ValueError(
+            f"all {len(values)} rows belong to one user: a bootstrap over users needs at least 2"
+        )
+    return np.bincount(codes, weights=values), counts.astype(np.float64)
+
+
+def _pooled_mean(sums: np.ndarray, counts: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Row mean of a resample of groups: their summed values over their summed rows."""
+    return np.asarray(sums.sum(axis=axis) / counts.sum(axis=axis))
 
 
 def _validate_pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

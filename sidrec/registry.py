@@ -54,7 +54,7 @@ class Comparison(NamedTuple):
     metric: str
     """The gate metric, ``valid.<hr|ndcg>@K``."""
     challenger: float
-    """The challenger's mean over the gate users."""
+    """The challenger's mean over the gate rows (one per user under leave_one_out)."""
     champion: float | None
     """The champion's mean over the same users (None: no champion)."""
     low: float | None
@@ -62,6 +62,7 @@ class Comparison(NamedTuple):
     high: float | None
     confidence: float
     users: int
+    """Distinct gate users: the bootstrap's resampled unit (a user's rows drawn together)."""
     dropped_history_items: int = 0
     """History items the champion's SID map does not know (dropped from its prompts)."""
     unknown_targets: int = 0

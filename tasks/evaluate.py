@@ -184,7 +184,12 @@ def _uncertainty(
     users: pd.DataFrame, best: str | None, resamples: int, seed: int
 ) -> dict[str, Any]:
     """95% bootstrap intervals per split/model/metric and paired intervals of the differences
-    (``best``: the generative model the "best generative" rows stand for)."""
+    (``best``: the generative model the "best generative" rows stand for), resampling users:
+    under a sliding-window split a user's several rows are drawn together."""
+
+    def users_of(df: pd.DataFrame) -> np.ndarray:
+        return df["user_id"].to_numpy()
+
     metrics = [c for c in users.columns if c not in ("split", "model", "user_id", "ranking")]
     intervals: dict[str, Any] = {}
     paired: dict[str, Any] = {}
@@ -194,7 +199,11 @@ def _uncertainty(
             by_model[BEST] = by_model[best]
         intervals[str(split)] = {
             model: {
-                m: _rounded(bootstrap_interval(df[m].to_numpy(), n_resamples=resamples, seed=seed))
+                m: _rounded(
+                    bootstrap_interval(
+                        df[m].to_numpy(), groups=users_of(df), n_resamples=resamples, seed=seed
+                    )
+                )
                 for m in metrics
             }
             for model, df in by_model.items()
@@ -206,6 +215,7 @@ def _uncertainty(
                     paired_bootstrap_interval(
                         by_model[a][m].to_numpy(),
                         by_model[b][m].to_numpy(),
+                        groups=users_of(by_model[a]),
                         n_resamples=resamples,
                         seed=seed,
                     )

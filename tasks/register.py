@@ -215,7 +215,7 @@ def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str |
             low=None,
             high=None,
             confidence=cfg.confidence,
-            users=len(gate),
+            users=int(gate["user_id"].nunique()),
         )
         return comparison, None, report
     with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as tmp:
@@ -224,6 +224,7 @@ def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str |
     interval = paired_bootstrap_interval(
         ours,
         theirs,
+        groups=gate["user_id"].astype(str).to_numpy(),  # a user's several rows drawn together
         confidence=cfg.confidence,
         n_resamples=settings.evaluate.bootstrap_resamples,
         seed=settings.project.seed,
@@ -235,7 +236,7 @@ def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str |
         low=float(interval.low),
         high=float(interval.high),
         confidence=cfg.confidence,
-        users=len(gate),
+        users=int(gate["user_id"].nunique()),
         dropped_history_items=dropped,
         unknown_targets=unknown,
     )

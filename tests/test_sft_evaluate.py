@@ -284,3 +284,28 @@ def test_gradient_checkpointing_reaches_the_model_and_changes_no_weight(prepared
         weights[on] = {name: p.detach().clone() for name, p in kept.named_parameters()}
     for name, param in weights[False].items():
         torch.testing.assert_close(weights[True][name], param, rtol=1e-5, atol=1e-6)
+
+
+def test_evaluate_intervals_resample_users_not_rows():
+    # A sliding-window split scores each user several times: 30 users, 20 rows each, a user's
+    # rows all hits (sft) or all misses. The interval must be that of 30 draws, not 600.
+    from models.stats import bootstrap_interval, paired_bootstrap_interval
+    from tasks.evaluate import _uncertainty
+
+    rng = np.random.default_rng(0)
+    user_ids = np.repeat([f"u{i}" for i in range(30)], 20)
+    sft_hits = np.repeat((rng.random(30) < 0.5).astype(float), 20)
+    frames = [
+        pd.DataFrame({"split": "test", "model": m, "user_id": user_ids, "hr@10": v})
+        for m, v in (("sasrec", np.zeros(600)), ("sft", sft_hits))
+    ]
+    report = _uncertainty(pd.concat(frames, ignore_index=True), "sft", 1000, 0)
+    shown = report["intervals"]["test"]["sft"]["hr@10"]
+    low, high = shown["low"], shown["high"]
+    grouped = bootstrap_interval(sft_hits, groups=user_ids, seed=0)
+    assert (low, high) == pytest.approx((grouped.low, grouped.high), abs=1e-6)
+    rows = bootstrap_interval(sft_hits, seed=0)
+    assert high - low > 3 * (rows.high - rows.low)
+    diff = report["paired"]["test"]["sft - sasrec"]["hr@10"]
+    expected = paired_bootstrap_interval(sft_hits, np.zeros(600), groups=user_ids, seed=0)
+    assert (diff["low"], diff["high"]) == pytest.approx((expected.low, expected.high), abs=1e-6)

@@ -179,3 +179,55 @@ def test_seed_noise_with_these_seeds_matches_the_paired_bootstrap_of_the_seed_me
 def test_seed_noise_refuses_what_it_cannot_split(diffs: np.ndarray, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         seed_noise(diffs)
+
+
+def test_groups_of_one_row_each_change_nothing() -> None:
+    values = np.random.default_rng(0).random(300)
+    users = np.array([f"u{i}" for i in range(300)])
+    assert bootstrap_interval(values, groups=users, seed=3) == bootstrap_interval(values, seed=3)
+
+
+def test_groups_resample_users_with_all_their_rows() -> None:
+    # 40 users with 25 rows each; a user's rows are all hits or all misses. Resampling rows
+    # treats the 1,000 rows as independent; resampling users sees only 40 draws.
+    rng = np.random.default_rng(0)
+    hits = rng.random(40) < 0.5
+    values = np.repeat(hits.astype(float), 25)
+    users = np.repeat(np.arange(40), 25)
+    rows = bootstrap_interval(values, n_resamples=4000)
+    grouped = bootstrap_interval(values, groups=users, n_resamples=4000)
+    assert grouped.mean == rows.mean == pytest.approx(hits.mean())
+    # width ~ sqrt(p (1 - p) / n): 25x fewer draws, ~5x wider
+    assert 4 < (grouped.high - grouped.low) / (rows.high - rows.low) < 6
+    # and it is the interval of the 40 users' own means
+    alone = bootstrap_interval(hits.astype(float), n_resamples=4000)
+    assert grouped.high - grouped.low == pytest.approx(alone.high - alone.low, rel=0.15)
+
+
+def test_grouped_mean_weighs_every_row() -> None:
+    # user a: 3 rows of 1; user b: 1 row of 0 -> row mean 0.75 (not the users' mean 0.5)
+    interval = paired_bootstrap_interval(
+        np.array([1.0, 1.0, 1.0, 0.0]), np.zeros(4), groups=np.array(["a", "a", "a", "b"])
+    )
+    assert interval.mean == pytest.approx(0.75)
+    assert 0.0 <= interval.low <= interval.mean <= interval.high <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("groups", "match"),
+    [
+        (np.array(["a", "b"]), "one user per row, got 2 labels for 3 rows"),
+        (np.array(["a", "a", "a"]), "all 3 rows belong to one user"),
+        (np.array(["a", None, "b"], dtype=object), "missing labels"),
+    ],
+)
+def test_bad_groups_raise(groups: np.ndarray, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        bootstrap_interval(np.array([0.1, 0.2, 0.3]), groups=groups)
+
+
+def test_ratio_interval_refuses_resamples_without_a_reference_score() -> None:
+    # b scores for one user of 5: about a third of the resamples miss that user entirely
+    b = np.array([1.0, 0.0, 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="b scores above 0 for 1 of 5 users"):
+        paired_ratio_interval(np.ones(5), b)
