@@ -158,7 +158,10 @@ def add_residual_dropout(model: Any, p: float) -> int:
 
     Forward hooks on the modules named in ``RESIDUAL_BRANCH_OUTPUTS`` (GPT-2's embedding and
     residual dropout, which Llama-family configs lack); the hooks are not saved with the
-    model and do nothing in eval mode. Returns how many modules were hooked.
+    model and do nothing in eval mode. Call it on the model as it trains: under LoRA the
+    peft-wrapped one, whose ``o_proj`` returns the base output plus the LoRA delta (a hook on
+    the bare layer, wrapped later, would leave the delta undropped). A module inside a hooked
+    one is not hooked again. Returns how many modules were hooked.
     """
     if p <= 0:
         return 0
@@ -167,12 +170,12 @@ def add_residual_dropout(model: Any, p: float) -> int:
     def drop(module: Any, _inputs: Any, output: Any) -> Any:
         return functional.dropout(output, p=p, training=module.training)
 
-    hooked = [
-        module
-        for name, module in model.named_modules()
-        if name.rsplit(".", 1)[-1] in RESIDUAL_BRANCH_OUTPUTS and not list(module.children())
-    ]
-    for module in hooked:
+    hooked: dict[str, Any] = {}
+    for name, module in model.named_modules():  # parents come before their children
+        inside = any(name.startswith(parent + ".") for parent in hooked)
+        if name.rsplit(".", 1)[-1] in RESIDUAL_BRANCH_OUTPUTS and not inside:
+            hooked[name] = module
+    for module in hooked.values():
         module.register_forward_hook(drop)
     return len(hooked)
 

@@ -162,9 +162,15 @@ class PromptBuilder:
                 fitted = self._fit(text, lambda t: " " + t, self.count(prompt))
                 examples.append(Example(prompt, " " + fitted))
             else:
-                fitted = self._fit(text, title2sid_prompt, len(sid))
-                examples.append(Example(title2sid_prompt(fitted), sid_string(sid)))
+                examples.append(Example(self.title_prompt(item), sid_string(sid)))
         return examples
+
+    def title_prompt(self, item: str) -> str:
+        """The title2sid prompt for ``item``, its text cut (and counted in ``texts_cut``) where
+        the prompt and the item's SID would not fit the context: the SFT pair's prompt, and GRPO's
+        title prompt (``grpo.title_prompts``), whose completion is that SID."""
+        fitted = self._fit(self.titles[item], title2sid_prompt, len(self.sid_map[item]))
+        return title2sid_prompt(fitted)
 
     def _fit(self, text: str, render: Callable[[str], str], others: int) -> str:
         """``text``, or its longest token prefix for which ``render(text)`` and ``others``

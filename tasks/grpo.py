@@ -28,7 +28,7 @@ from models.baselines.sasrec import SASRec
 from models.constrained import sid_regex
 from models.grpo_callbacks import SampleSink
 from models.lm import replace_dir
-from models.prompts import PromptBuilder, title2sid_prompt
+from models.prompts import PromptBuilder
 from models.rewards import (
     DENSE_REWARDS,
     NO_TARGET,
@@ -197,7 +197,7 @@ def title_rows(
     for i in order:
         item = items[i]
         row: dict[str, Any] = {
-            "prompt": title2sid_prompt(builder.titles[item]),
+            "prompt": builder.title_prompt(item),
             "target_index": index[item],
             "history_index": [],
         }
@@ -362,6 +362,8 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
             shutil.rmtree(best_dir, ignore_errors=True)
 
     metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
+    metrics["prompts_truncated"] = builder.truncated  # histories that lost their oldest items
+    metrics["title_texts_cut"] = builder.texts_cut  # title prompts cut to fit the SID's room
     metrics["valid_users"] = len(validation)
     metrics["valid_num_beams"] = settings.evaluate.num_beams
     metrics["processes"] = len(shards)

@@ -223,8 +223,6 @@ def sft(settings: Settings) -> StageResult:
     else:
         model, tokenizer = build_model_and_tokenizer(settings, list(texts.values()), levels, k)
     set_prompt_format(model, prompt_format_of(settings))  # saved with the model
-    if hooked := add_residual_dropout(model, cfg.dropout):
-        log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
     builder = PromptBuilder(
         tokenizer=tokenizer,
         sid_map=sid_map,
@@ -299,6 +297,8 @@ def sft(settings: Settings) -> StageResult:
         augment=augment,
         teacher=teacher,
     )
+    if hooked := add_residual_dropout(trainer.model, cfg.dropout):  # LoRA-wrapped where on
+        log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
     try:

@@ -391,7 +391,11 @@ def test_title_prompts_take_their_share_of_the_training_prompts(
     items = sorted({*train["target"], *(i for h in train["history"] for i in h)})
     index = catalog_index(items)
     titles = {item: f"Title of {item}" for item in items}
-    builder = SimpleNamespace(history_prompt=lambda history: " ".join(history), titles=titles)
+    builder = SimpleNamespace(
+        history_prompt=lambda history: " ".join(history),
+        titles=titles,
+        title_prompt=lambda item: title2sid_prompt(titles[item]),
+    )
 
     def rows_with(share: float, seed: int = 0) -> list[dict]:
         s = synthetic_project.settings(

@@ -50,3 +50,27 @@ def test_zero_residual_dropout_adds_no_hooks(decoder):
     assert all(not m._forward_hooks for m in decoder.modules())
     torch.manual_seed(1)
     assert torch.equal(decoder(TOKENS).logits, before)
+
+
+def test_under_lora_the_whole_branch_output_is_dropped_delta_included(decoder):
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=4,
+        target_modules="all-linear",
+        modules_to_save=["embed_tokens", "lm_head"],
+        init_lora_weights=False,  # a non-zero delta from the start
+    )
+    wrapped = get_peft_model(decoder, lora)
+    # the wrappers are hooked (o_proj returns base + delta), never a layer inside one again
+    assert add_residual_dropout(wrapped, 1.0) == 1 + 2 * 3
+    o_proj = wrapped.base_model.model.model.layers[0].self_attn.o_proj
+    assert o_proj._forward_hooks and not o_proj.base_layer._forward_hooks
+    seen = []
+    o_proj.register_forward_hook(lambda _m, _i, out: seen.append(out))  # runs after the drop
+    wrapped.train()
+    wrapped(TOKENS)
+    assert torch.count_nonzero(seen[-1]) == 0  # p = 1: nothing of base or delta survives
+    wrapped.eval()
+    wrapped(TOKENS)
+    assert torch.count_nonzero(seen[-1]) > 0

@@ -94,3 +94,6 @@ def test_alignment_texts_are_cut_to_fit_the_context_and_counted(tokenizer):
     assert builder.texts_cut == 2  # the long text, once per task
     title2sid = builder.alignment_examples("title2sid")[0]
     assert title2sid.completion == "<a_0><b_1>" and "Film number one" in title2sid.prompt
+    # GRPO's title prompt for the item is that pair's prompt: its SID completion fits too
+    assert builder.title_prompt("x") == title2sid.prompt
+    assert builder.title_prompt("y") == builder.alignment_examples("title2sid")[1].prompt
