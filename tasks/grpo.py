@@ -275,7 +275,13 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
     sasrec = sasrec_loader(settings, item_ids)  # one copy for the reward and the anchor's teacher
     rewards, weights = reward_functions(settings, item_ids, sasrec)
-    check_enough(len(rows), cfg.prompts_per_step, "training prompts")  # one step's prompts
+    check_enough(  # one step's prompts
+        len(rows),
+        cfg.prompts_per_step,
+        "training prompts",
+        "lower grpo.prompts_per_step, or add prompts (grpo.rows_per_user: null takes every "
+        "train row; grpo.frontier_prompts, grpo.title_prompts)",
+    )
     prompts_per_process = per_process(cfg.prompts_per_step, "grpo.prompts_per_step")
 
     try:
@@ -340,6 +346,8 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         reward_funcs=list(rewards),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
+        # LoRA: the adapters alone learn; the SID rows SFT trained in full stay as they are, and
+        # the adapter-disabled model (the KL reference) is exactly the SFT model
         peft_config=lora_config(settings),
         callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
         on_rewards=samples,

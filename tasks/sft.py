@@ -242,7 +242,12 @@ def sft(settings: Settings) -> StageResult:
             builder.texts_cut,
         )
 
-    check_enough(len(examples), world_size(), "training examples")  # one for each process
+    check_enough(  # one for each process
+        len(examples),
+        world_size(),
+        "training examples",
+        "launch fewer processes (orchestration.num_processes, accelerate's --num_processes)",
+    )
     paths.sft_dir.mkdir(parents=True, exist_ok=True)
     args = SFTConfig(
         **trainer_arguments(

@@ -37,11 +37,11 @@ def test_a_step_is_shared_evenly_among_the_processes(monkeypatch):
     assert per_process(24, "sft.batch_size") == 6
     with pytest.raises(ConfigError, match=r"grpo.prompts_per_step=6 is not a multiple of the 4"):
         per_process(6, "grpo.prompts_per_step")
-    check_enough(4, 4, "training examples")
+    check_enough(4, 4, "training examples", "launch fewer processes")
     with pytest.raises(
-        ConfigError, match=r"3 training examples, but .* at least 4 for 4 processes"
+        ConfigError, match=r"3 training examples, but .* at least 4 for 4 processes; launch fewer"
     ):
-        check_enough(3, 4, "training examples")
+        check_enough(3, 4, "training examples", "launch fewer processes")
 
 
 @pytest.mark.parametrize(

@@ -109,14 +109,14 @@ def per_process(total: int, key: str) -> int:
     return total // n
 
 
-def check_enough(available: int, needed: int, what: str) -> None:
-    """A clear error before training when the data cannot give every process its share."""
+def check_enough(available: int, needed: int, what: str, remedy: str) -> None:
+    """A clear error before training when the data cannot give every process its share;
+    ``remedy`` names the keys that change either side."""
     if available < needed:
         n = world_size()
         launched = f" for {n} processes" if n > 1 else ""
         raise ConfigError(
-            f"{available} {what}, but a training step needs at least {needed}{launched}; "
-            "launch fewer processes or lower the per-step size"
+            f"{available} {what}, but a training step needs at least {needed}{launched}; {remedy}"
         )
 
 
