@@ -63,7 +63,11 @@ class AtomicOutputs:
     >>> with AtomicOutputs() as out:
     ...     out.parquet(df, path_a)
     ...     out.json(metrics, path_b)
-    Nothing is visible at ``path_a``/``path_b`` until the block exits without an error.
+    Nothing is visible at ``path_a``/``path_b`` until the block exits without an error. Each
+    file (or folder) then replaces its target by a rename, one after the other, so a reader
+    never sees a half-written file; a process killed between two renames (a window of
+    microseconds) leaves whole files of two runs side by side, and its stage unrecorded (no
+    Prefect cache entry, no dvc.lock entry): the next run redoes that stage.
     """
 
     def __init__(self) -> None:
