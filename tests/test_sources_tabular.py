@@ -316,3 +316,19 @@ def test_a_saved_pandas_index_is_no_item_text(tmp_path, write_csv_dataset):
     tables = read_tabular(inter, items)
     assert tables.items.columns.tolist() == ["item_id", "title"]
     assert tables.notes["blank_header_columns_dropped"] == 1
+
+
+@pytest.mark.parametrize("value", ["03/04/2020", "13/04/2020", "3.4.20", "13-04-2020 10:00"])
+def test_dates_that_do_not_say_day_or_month_first_are_refused(tmp_path, value):
+    values = pd.Series(["2020-04-03", value, "1600000000"])
+    with pytest.raises(InputError) as err:
+        parse_timestamps(values, tmp_path / "x.csv", "timestamp")
+    text = str(err.value)
+    assert "1 timestamp(s) are dates with the day and the month" in text and "ISO 8601" in text
+    assert "column 'timestamp'" in text and f"(rows 1); sample values: '{value}'" in text
+
+
+def test_iso_and_named_month_dates_still_parse(tmp_path):
+    values = pd.Series(["2020-04-03", "2020/04/03 00:00:00", "3 Apr 2020", "April 3, 2020"])
+    got = parse_timestamps(values, tmp_path / "x.csv", "timestamp")
+    assert got.tolist() == [1_585_872_000] * 4

@@ -161,6 +161,10 @@ def normalize_ids(values: pd.Series) -> pd.Series:
     return out
 
 
+DAY_MONTH_DATE = r"^\d{1,2}[/.\-]\d{1,2}[/.\-]\d{2,4}(?!\d)"
+"""03/04/2020, 3.4.20, 13-04-2020: a date whose day and month order the text does not say."""
+
+
 def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5) -> pd.Series:
     """Unix seconds (Int64) from numbers (seconds or milliseconds) or date-time strings.
     Missing values stay missing; values that cannot be parsed raise an InputError."""
@@ -169,6 +173,17 @@ def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5
     numeric = pd.to_numeric(text.where(present), errors="coerce").astype("float64")
     seconds = within_dates(numeric.where(numeric.abs() < MS_THRESHOLD, numeric / 1000.0))
     needs_parse = present & numeric.isna()
+    ambiguous = needs_parse & text.str.match(DAY_MONTH_DATE).fillna(False).astype(bool)
+    if ambiguous.any():  # pandas would read 03/04 month-first, 13/04 day-first, row by row
+        raise InputError(
+            f"{int(ambiguous.sum())} timestamp(s) are dates with the day and the month both in "
+            "numbers before the year (day-first or month-first cannot be told apart); write ISO "
+            "8601 (2020-04-03) or Unix seconds",
+            path=path,
+            column=column,
+            rows=np.flatnonzero(ambiguous.to_numpy())[:sample].tolist(),
+            values=text[ambiguous].head(sample).tolist(),
+        )
     if needs_parse.any():
         parsed = pd.to_datetime(text.where(needs_parse), errors="coerce", utc=True, format="mixed")
         epoch = pd.Timestamp("1970-01-01", tz="UTC")
