@@ -218,11 +218,21 @@ def _move_aliases(
 ) -> None:
     """challenger → the new version; if promoted, previous → the replaced champion and, last,
     champion → the new version. If that last call fails, champion is unchanged and previous is
-    put back where it was, so the failure moves no alias but challenger."""
+    put back where it was, so the failure moves no alias but challenger. The champion is read
+    again first: another registration that moved it since this gate's check (MLflow has no
+    compare-and-set) makes this promotion fail rather than replace a model it was never
+    compared with; what remains unguarded is the few milliseconds between that read and the
+    move."""
     client.set_registered_model_alias(name, CHALLENGER, version)
     if not promoted:
         return
-    before = _aliases(client, name).get(PREVIOUS)
+    aliases = _aliases(client, name)
+    if aliases.get(CHAMPION) != replaced:
+        raise InputError(
+            f"the champion of {name} moved (v{replaced} → v{aliases.get(CHAMPION)}) while "
+            f"v{version} was registered; it stays unpromoted: run `sidrec register` again"
+        )
+    before = aliases.get(PREVIOUS)
     if replaced is not None:
         client.set_registered_model_alias(name, PREVIOUS, replaced)
     try:

@@ -195,6 +195,32 @@ def test_a_champion_that_moved_while_scoring_moves_nothing(client: mlflow.Mlflow
     assert _aliases(client) == {CHAMPION: "1", CHALLENGER: "1"}
 
 
+def test_a_champion_moved_by_another_registration_meanwhile_is_not_replaced(
+    client: mlflow.MlflowClient,
+) -> None:
+    _gate(client, _comparison(0.10, None))  # v1 champion
+
+    class Racing:
+        """The real client; while this version is tagged, another run promotes v2."""
+
+        raced = False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+        def set_model_version_tag(self, name: str, version: str, key: str, value: str) -> None:
+            client.set_model_version_tag(name, version, key, value)
+            if version == "3" and not self.raced:
+                self.raced = True
+                client.set_registered_model_alias(name, CHAMPION, "2")
+
+    _gate(client, _comparison(0.05, 0.10))  # v2, rejected: the other run's version
+    with pytest.raises(InputError, match=r"champion of .* moved \(v1 → v2\) while v3"):
+        _gate(Racing(), _comparison(0.5, 0.1, low=0.3))  # type: ignore[arg-type]
+    assert _aliases(client)[CHAMPION] == "2" and PREVIOUS not in _aliases(client)
+    assert client.get_model_version(NAME, "3").tags[TAG_DECISION] == "failed"
+
+
 def test_failure_while_registering_moves_no_alias(client: mlflow.MlflowClient) -> None:
     _gate(client, _comparison(0.10, None))
 
