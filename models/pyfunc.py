@@ -62,6 +62,21 @@ class GenerationSettings(NamedTuple):
     exclude_history: bool = True
     """Never recommend an item of the history the request gives (``evaluate.exclude_seen``)."""
 
+    @classmethod
+    def read(cls, path: Path, **overrides: Any) -> GenerationSettings:
+        """The settings saved at ``path``, ``overrides`` on top. Keys this code does not know
+        (a model saved by a newer sidrec) and missing required keys are refused by name: a
+        served model must not silently generate otherwise than it was saved to."""
+        saved = {**json.loads(Path(path).read_text()), **overrides}
+        unknown = sorted(set(saved) - set(cls._fields))
+        missing = [f for f in cls._fields if f not in saved and f not in cls._field_defaults]
+        if unknown or missing:
+            raise ValueError(
+                f"{path}: generation settings this code cannot honour: unknown {unknown}, "
+                f"missing {missing}; load the model with the sidrec version that saved it"
+            )
+        return cls(**saved)
+
 
 class Recommendations(NamedTuple):
     """Per history, best first."""
@@ -144,9 +159,7 @@ class Recommender:
             tokenizer=tokenizer,
             sid_map=read_sid_map(Path(sid_map)),
             catalog=pd.read_parquet(catalog),
-            generation=GenerationSettings(
-                **{**json.loads(Path(generation).read_text()), **overrides}
-            ),
+            generation=GenerationSettings.read(Path(generation), **overrides),
         )
 
     @property

@@ -181,3 +181,20 @@ def test_logged_model_loads_and_predicts(
     with pytest.raises(MlflowException, match="history row 1: expected a list") as refused:
         loaded.predict(pd.DataFrame({"history": [["i0"], 7]}))
     assert refused.value.error_code == "INVALID_PARAMETER_VALUE"
+
+
+def test_saved_generation_settings_are_read_with_overrides_and_checked(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "generation.json"
+    path.write_text(json.dumps({"top_k": 5, "num_beams": 6, "max_length": 64, "max_history": 3}))
+    # an older file: the later fields take their defaults; overrides win
+    assert GenerationSettings.read(path, num_beams=20) == GenerationSettings(
+        top_k=5, num_beams=20, max_length=64, max_history=3, batch_size=16, exclude_history=True
+    )
+    path.write_text(json.dumps({**GENERATION._asdict(), "temperature": 0.7}))
+    with pytest.raises(ValueError, match=r"unknown \['temperature'\], missing \[\]"):
+        GenerationSettings.read(path)  # a newer sidrec's setting this code would ignore
+    path.write_text(json.dumps({"top_k": 5, "num_beams": 6}))
+    with pytest.raises(ValueError, match=r"missing \['max_length', 'max_history'\]"):
+        GenerationSettings.read(path)
