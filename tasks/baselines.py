@@ -36,9 +36,14 @@ log = logging.getLogger(__name__)
 
 
 def sasrec_config(settings: Settings) -> SASRecConfig:
-    """The model options from the ``sasrec`` section; ``max_len`` null = ``split.max_history``."""
+    """The model options from the ``sasrec`` section; ``max_len`` null = ``split.max_history``.
+    It trains on the GPU where one is visible, as SFT and GRPO do (a GPU worker; untested on
+    this project's CPU machines), else on the CPU."""
+    import torch
+
     cfg = settings.sasrec
     return SASRecConfig(
+        device="cuda" if torch.cuda.is_available() else "cpu",
         hidden=cfg.hidden,
         blocks=cfg.blocks,
         heads=cfg.heads,
