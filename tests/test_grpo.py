@@ -65,7 +65,9 @@ def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_trained):
         assert 0.0 <= row["target_in_group"] <= 1.0
         assert {"rewards/ranking/mean", "rewards/semantic/mean"} <= set(row)
         assert "target_rank" not in row or 1 <= row["target_rank"] <= 4
-    assert 0.0 <= m["target_in_group"] <= 1.0
+    # the run's share is the mean of the logging steps' shares
+    shares = [row["target_in_group"] for row in m["rollout_history"]]
+    assert m["target_in_group"] == pytest.approx(sum(shares) / len(shares), abs=1e-5)
     assert [step for step, _ in tables] == [0, 2]
     _, rows = tables[0]
     assert len(rows) == 2 * 4 and {"target", "completion", "rank", "ranking", "semantic"} <= set(

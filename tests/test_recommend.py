@@ -177,7 +177,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.slow
 def _post(port: int, body: dict) -> urllib.request.Request:
     return urllib.request.Request(
         f"http://127.0.0.1:{port}/invocations",
@@ -186,6 +185,7 @@ def _post(port: int, body: dict) -> urllib.request.Request:
     )
 
 
+@pytest.mark.slow
 def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
     """`mlflow models serve -m models:/<name>@champion` answers /invocations with top-K titles."""
     titles = tiny_project.titles

@@ -221,6 +221,31 @@ def test_a_champion_moved_by_another_registration_meanwhile_is_not_replaced(
     assert client.get_model_version(NAME, "3").tags[TAG_DECISION] == "failed"
 
 
+@pytest.mark.parametrize(
+    ("comparison", "margin", "match"),
+    [
+        (_comparison(0.5, 0.1, low=0.3), -0.01, "min_margin must be a finite number >= 0"),
+        (_comparison(0.5, 0.1, low=0.3), float("nan"), "min_margin must be a finite number"),
+        (_comparison(float("nan"), None), 0.0, r"candidate's valid.ndcg@10 is nan"),
+    ],
+)
+def test_bad_gate_inputs_register_nothing(
+    client: mlflow.MlflowClient, comparison: Comparison, margin: float, match: str
+) -> None:
+    with pytest.raises(InputError, match=match):
+        _gate(client, comparison, margin)
+    assert not _registered(NAME)
+
+
+def test_a_champion_that_could_not_be_scored_is_not_replaced() -> None:
+    unscored = Comparison(GATE, 0.5, None, None, None, 0.95, 40)
+    assert decide(unscored, has_champion=True, min_margin=0.0) == (
+        False,
+        "the champion could not be scored on the gate users",
+    )
+    assert decide(unscored, has_champion=False, min_margin=0.0) == (True, "no champion yet")
+
+
 def test_failure_while_registering_moves_no_alias(client: mlflow.MlflowClient) -> None:
     _gate(client, _comparison(0.10, None))
 
