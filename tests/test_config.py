@@ -78,6 +78,13 @@ def test_bad_values_are_reported_with_their_key(project, override, expected):
     assert expected in str(err.value)
 
 
+def test_a_rating_filter_on_a_source_without_ratings_is_refused(project):
+    folder = ["ingest.source=minionerec", "ingest.path=/data/minionerec"]
+    with pytest.raises(ConfigError, match=r"ingest: min_rating=4.0 but MiniOneRec files carry"):
+        load_settings("params.yaml", [*folder, "ingest.min_rating=4"])
+    load_settings("params.yaml", folder)
+
+
 def test_a_teacher_share_without_the_teacher_is_refused(project):
     with pytest.raises(ConfigError, match=r"sft: .*distill_future=0.3 .* but distill is 0"):
         load_settings("params.yaml", ["sft.distill=0", "sft.distill_future=0.3"])
