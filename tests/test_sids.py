@@ -299,3 +299,35 @@ def test_hybrid_sids_code_cold_items_from_text_then_extend_incrementally(
         sids(cold_catalog(embedding="text", incremental=True))
     with pytest.raises(InputError, match="rebuild the map"):
         sids(cold_catalog(embedding="hybrid", collaborative_weight=2.0, incremental=True))
+
+
+def test_an_index_missing_catalog_items_is_refused_by_name(
+    project, catalog, tmp_path, sids_settings
+):
+    sid_map = {item: [k % 8, k // 8 % 8, k // 64] for k, item in enumerate(catalog)}
+    del sid_map[catalog[3]]
+    index = tmp_path / "x.index.json"
+    index.write_text(json.dumps(to_minionerec_index(sid_map)))
+    with pytest.raises(InputError) as err:
+        sids(sids_settings(import_index=str(index)))
+    assert "1 catalog item(s) have no SID in the index" in str(err.value)
+    assert str(index) in str(err.value) and repr(catalog[3]) in str(err.value)
+    assert not (project / "data" / "sids").exists()
+
+
+@pytest.mark.parametrize(
+    ("n_items", "fits", "levels", "codebook_size", "match"),
+    [
+        (65, 64, 2, 8, r"65 items cannot get distinct SIDs from 2 levels x 8 codes \(64 SIDs\)"),
+        (7, 8, 3, 8, r"the catalog has 7 items, fewer than sids.codebook_size=8"),
+    ],
+)
+def test_a_codebook_that_cannot_code_the_catalog_is_a_config_error(
+    sids_settings, n_items, fits, levels, codebook_size, match
+):
+    from tasks.sids import check_capacity
+
+    cfg = sids_settings(levels=levels, codebook_size=codebook_size).sids
+    with pytest.raises(ConfigError, match=match):
+        check_capacity(n_items, cfg)
+    check_capacity(fits, cfg)  # the bound itself is fine
