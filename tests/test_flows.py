@@ -181,3 +181,39 @@ def test_train_flow_until_baselines_trains_sasrec_once(
     runs = mlflow.search_runs(experiment_names=["sidrec-flowbase"], output_format="list")
     logged = [r for r in runs if r.data.tags["sidrec.stage"] == "baselines"]
     assert len(logged) == 2 and "valid_selection.ndcg_at_10" in logged[0].data.metrics
+
+
+def test_ingest_retries_io_failures_but_never_bad_input(
+    project, prefect_harness, monkeypatch, csv_settings, write_csv_dataset
+):
+    import pytest
+    from prefect import flow
+
+    import tasks.ingest
+    from sidrec.errors import InputError
+
+    inter, items = write_csv_dataset(project / "src")
+    settings = csv_settings(project, inter, items, dataset="retrytest")
+    calls: list[str] = []
+
+    def failing(error: Exception):
+        def ingest(_settings):
+            calls.append(type(error).__name__)
+            raise error
+
+        return ingest
+
+    @flow
+    def only_ingest(s):
+        return tasks.ingest.ingest_task(s)
+
+    monkeypatch.setattr(tasks.ingest, "ingest", failing(InputError("bad rows")))
+    with pytest.raises(InputError, match="bad rows"):
+        only_ingest(settings)
+    assert calls == ["InputError"]  # bad input: once, no retry
+
+    calls.clear()
+    monkeypatch.setattr(tasks.ingest, "ingest", failing(OSError("disk went away")))
+    with pytest.raises(OSError, match="disk went away"):
+        only_ingest(settings)
+    assert calls == ["OSError"] * 3  # the first try and its 2 retries
