@@ -7,14 +7,17 @@ Copies a finished run folder's split, SIDs and SASRec (``bench.quality`` or `mak
 trained SID models are left behind) to ``--out``, trains SFT there with the run's seed and
 ``--set`` overrides, and at every validation also ranks the test users exactly as
 ``evaluate`` ranks them (the shared recommender, the user's train and valid items excluded).
-Test scores are recorded only, never used to choose: the kept model is the one training
-keeps (``sft.patience: null`` sees the whole schedule; the table then marks the validation that
+The gate half of the validation users (the ones evaluate reports as ``valid`` and the
+promotion gate reads, never used to select) is ranked the same way, so a selection rule can be
+judged on validation users before test is read; both are written per user to
+``OUT/checkpoint-scores.json``. Test scores are recorded only, never used to choose: the kept
+model is the one training keeps (``sft.patience: null`` sees the whole schedule; the table then marks the validation that
 ``--patience`` would have stopped at). ``--evaluate`` then runs the evaluate stage there
 (``grpo.enabled=false``), so ``bench.compare RUN OUT`` pairs the kept model with the run's,
 and writes the run record that ``bench.quality --skip-run`` reads (``--out`` laid out as
 ``WORKDIR/PRESET/seed-N``: a variant trained from prepared folders, e.g. on a lent GPU; the SFT
 seconds there include ranking the test users at every validation).
-Prints a markdown table: epoch, selection NDCG@10, test NDCG@10 and HR@10.
+Prints a markdown table: epoch, selection NDCG@10, gate NDCG@10, test NDCG@10 and HR@10.
 """
 
 from __future__ import annotations
@@ -94,8 +97,9 @@ def main() -> None:
 
     import tasks.sft
     from models.baselines import encode_targets
-    from models.metrics import rank_metrics
+    from models.metrics import per_row_metrics
     from sidrec.errors import InputError
+    from sidrec.protocol import validation_half
     from tasks.evaluate import exclusions
     from tasks.shared.inputs import read_split
     from tasks.shared.validation import ValidationSample
@@ -115,25 +119,37 @@ def main() -> None:
     _copy_inputs(args.run, args.out)
     overrides = [f"project.seed={seed}", *args.overrides]
     settings = folder_settings(args.out.resolve(), overrides)
-    test_scores: list[dict[str, float]] = []
+    scores: dict[str, list[dict[str, Any]]] = {"gate": [], "test": []}
 
     class WithTest(ValidationSample):
-        """The selection sample as training reads it, plus the test users, recorded only."""
+        """The selection sample as training reads it, plus the gate half and the test users,
+        each ranked as evaluate ranks them, recorded only."""
 
         def __init__(self, settings: Any, recommender: Any, train: Any, valid: Any, **kw: Any):
             super().__init__(settings, recommender, train, valid, **kw)
-            rows = read_split(settings, "test")
-            splits = {"train": train, "valid": valid, "test": rows}
-            self.test_histories = [list(h) for h in rows["history"]]
-            self.test_exclude = exclusions(settings, splits, "test", rows)
-            self.test_targets = encode_targets(list(rows["target"]), recommender.index, "test")
+            test = read_split(settings, "test")
+            splits = {"train": train, "valid": valid, "test": test}
+            self.extra = {}
+            for name, rows in (("gate", validation_half(valid, "gate")), ("test", test)):
+                split = "valid" if name == "gate" else "test"
+                self.extra[name] = (
+                    [list(h) for h in rows["history"]],
+                    exclusions(settings, splits, split, rows),
+                    encode_targets(list(rows["target"]), recommender.index, name),
+                )
 
         def __call__(self, model: Any) -> dict[str, float]:
             metrics = super().__call__(model)
-            ranking = self.recommender.with_model(model).rank(
-                self.test_histories, 10, exclude=self.test_exclude
-            )
-            test_scores.append(rank_metrics(ranking.items, self.test_targets, (10,)))
+            ranker = self.recommender.with_model(model)
+            for name, (histories, exclude, targets) in self.extra.items():
+                ranking = ranker.rank(histories, 10, exclude=exclude)
+                per_user = per_row_metrics(ranking.items, targets, (10,))
+                scores[name].append(
+                    {
+                        **{m: float(v.mean()) for m, v in per_user.items()},
+                        "per_user_ndcg@10": per_user["ndcg@10"].round(6).tolist(),
+                    }
+                )
             return metrics
 
     with mock.patch.object(tasks.sft, "ValidationSample", WithTest):
@@ -148,13 +164,18 @@ def main() -> None:
     if args.patience is not None:
         stop = kept_by_patience(selection, args.patience)
         marks.setdefault(stop, []).append(f"kept at patience {args.patience}")
+    epochs = [h.get("epoch") for h in history]
+    (args.out / "checkpoint-scores.json").write_text(
+        json.dumps({"epochs": epochs, "selection": selection, "kept": kept, **scores}) + "\n"
+    )
     print(f"{args.out}: seed {seed}, {' '.join(args.overrides) or 'defaults'}")
-    print("| epoch | selection NDCG@10 | test NDCG@10 | test HR@10 | |")
-    print("|---|---|---|---|---|")
-    for i, (h, t) in enumerate(zip(history, test_scores, strict=True)):
+    print("| epoch | selection NDCG@10 | gate NDCG@10 | test NDCG@10 | test HR@10 | |")
+    print("|---|---|---|---|---|---|")
+    rows = zip(history, scores["gate"], scores["test"], strict=True)
+    for i, (h, g, t) in enumerate(rows):
         print(
-            f"| {h.get('epoch', '?')} | {h['ndcg@10']:.4f} | {t['ndcg@10']:.4f} "
-            f"| {t['hr@10']:.4f} | {', '.join(marks.get(i, []))} |"
+            f"| {h.get('epoch', '?')} | {h['ndcg@10']:.4f} | {g['ndcg@10']:.4f} "
+            f"| {t['ndcg@10']:.4f} | {t['hr@10']:.4f} | {', '.join(marks.get(i, []))} |"
         )
 
 
