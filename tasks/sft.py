@@ -333,6 +333,17 @@ def sft(settings: Settings) -> StageResult:
         "label_smoothing": cfg.label_smoothing,
         "distill": cfg.distill,
         "distill_temperature": cfg.distill_temperature if cfg.distill > 0 else None,
+        # what the trainer actually ran with: the batch augmentations it applied, and the
+        # teacher's loss term as last logged (None: no teacher term reached the loss)
+        "augmentations": [type(a).__name__ for a in augment],
+        "distill_loss_last": next(
+            (
+                round(float(e["distill_loss"]), 5)
+                for e in reversed(trainer.state.log_history)
+                if "distill_loss" in e
+            ),
+            None,
+        ),
         "holdout_recent": cfg.holdout_recent,
         "ema_decay": cfg.ema_decay,
         # what the run averaged with: a run shorter than 2 / (1 - decay) steps uses less

@@ -175,6 +175,10 @@ def test_the_objective_sets_the_format_every_loader_uses(prepared, synthetic_pro
     augmented = 0.1 if objective == "sequence" else 0.0
     assert (m["corrupt_items"], m["drop_items"]) == (augmented, augmented)
     assert m["distill"] == (0.5 if objective == "sequence" else 0.0)
+    # what reached the trainer: both augmentations, and the teacher's term in the logged loss
+    sequence = objective == "sequence"
+    assert m["augmentations"] == (["ItemCorruption", "ItemDeletion"] if sequence else [])
+    assert (m["distill_loss_last"] is not None and m["distill_loss_last"] > 0) is sequence
     expected_format = "sequence" if objective == "sequence" else "text"
     model, _ = load_model_dir(settings.paths.sft_model)
     assert prompt_format(model) == expected_format
