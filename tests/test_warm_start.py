@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -46,11 +47,17 @@ def test_sft_continues_from_the_champion(trained, synthetic_project):
     settings = synthetic_project.settings(root, register={"model_name": name})
     evaluate(settings)
     register(settings)  # the SFT model `trained` holds becomes the champion
+    champion_score = json.loads(settings.paths.metrics("sft").read_text())["valid_best"]
     # one epoch is enough to see where each run starts
     warm = synthetic_project.settings(
         root, register={"model_name": name}, sft={"warm_start": "champion", "epochs": 1}
     )
     result = sft(warm)
     assert result.metrics["warm_start"] == f"{name}@champion (v1)"
+    # validated before its first step: the champion's weights score what they scored when kept
+    start = result.metrics["valid_history"][0]
+    assert start["epoch"] == 0.0 and start["ndcg@10"] == champion_score["ndcg@10"]
     fresh = synthetic_project.settings(root, register={"model_name": name}, sft={"epochs": 1})
-    assert sft(fresh).metrics["warm_start"] is None  # warm_start none: a fresh model
+    cold = sft(fresh).metrics
+    assert cold["warm_start"] is None  # warm_start none: a fresh model, validated after training
+    assert [r["epoch"] for r in cold["valid_history"]] == [1.0]
