@@ -372,6 +372,36 @@ def test_register_refuses_metrics_of_another_split(tiny) -> None:
     assert not _registered(NAME)
 
 
+def test_register_refuses_an_evaluation_of_another_dataset_or_sid_map(tiny) -> None:
+    path = tiny.paths.metrics("eval")
+    report = json.loads(path.read_text())
+    path.write_text(json.dumps({**report, "dataset": "other"}))
+    with pytest.raises(InputError, match="evaluation is of dataset 'other', not"):
+        register(tiny)
+    path.write_text(json.dumps(report))
+    sid_map = tiny.paths.sid_map
+    sid_map.write_text(sid_map.read_text() + "\n")  # any change to the map's bytes
+    with pytest.raises(InputError, match="not computed from today's the SID map"):
+        register(tiny)
+    assert not _registered(NAME)
+
+
+def test_register_refuses_per_user_scores_of_other_users(tiny) -> None:
+    import pandas as pd
+
+    path = tiny.paths.eval_users
+    users = pd.read_parquet(path)
+    valid_sft = users.index[(users["split"] == "valid") & (users["model"] == "sft")]
+    users.loc[valid_sft[0], "user_id"] = "someone-else"
+    users.to_parquet(path)
+    with pytest.raises(InputError, match="per-user scores of 'sft' are not of today's gate"):
+        register(tiny)
+    users.drop(columns=["ndcg@10"]).to_parquet(path)
+    with pytest.raises(InputError, match="no per-user 'ndcg@10' scores"):
+        register(tiny)
+    assert not _registered(NAME)
+
+
 def test_a_champion_that_cannot_be_loaded_moves_nothing(tiny, client) -> None:
     _gate(client, _comparison(0.10, None))  # champion v1: an Echo model, no recommender files
     with pytest.raises(InputError, match="v1 holds no model folder"):
