@@ -331,3 +331,16 @@ def test_a_codebook_that_cannot_code_the_catalog_is_a_config_error(
     with pytest.raises(ConfigError, match=match):
         check_capacity(n_items, cfg)
     check_capacity(fits, cfg)  # the bound itself is fine
+
+
+def test_new_items_take_free_extra_level_indices_and_known_sids_stay():
+    from tasks.sids import _extend_extra_level
+
+    # 2 levels + a disambiguation level: (1, 2) holds indices 0 and 2, (3, 3) holds 0
+    raw = np.array([[1, 2, 0], [1, 2, 2], [3, 3, 0], [1, 2, 9], [1, 2, 9], [5, 5, 9]])
+    known = np.array([True, True, True, False, False, False])
+    before = raw[known].copy()
+    _extend_extra_level(raw, known, levels=2)
+    assert (raw[known] == before).all()  # existing SIDs never move
+    assert raw[3:, -1].tolist() == [1, 3, 0]  # the smallest free index per prefix
+    assert len({tuple(r) for r in raw.tolist()}) == len(raw)
