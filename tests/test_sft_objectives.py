@@ -199,3 +199,25 @@ def test_the_objective_sets_the_format_every_loader_uses(prepared, synthetic_pro
     )
     assert loaded.prompts.format == expected_format  # evaluate, grpo, the gate and pyfunc
     assert json.loads(settings.paths.metrics("sft").read_text())["objective"] == objective
+
+
+@pytest.mark.slow
+def test_validating_more_often_does_not_change_what_training_learns(prepared, synthetic_project):
+    """Validations only read the model (beam search draws no random numbers): a run validated
+    every epoch and one validated at its end train the same weights, so the last validation
+    of one is the other's, digit for digit. (A checkpoint rule can then be judged from one run's
+    validations.)"""
+    from tasks.sft import sft
+
+    def run(eval_every: int) -> dict:
+        settings = synthetic_project.settings(
+            prepared.paths.data_dir.parent,
+            sft={"epochs": 3, "eval_every": eval_every, "batch_size": 4, "tasks": ["seq_rec"]},
+        )
+        return sft(settings).metrics
+
+    often, once = run(1), run(3)
+    assert [r["epoch"] for r in often["valid_history"]] == [1.0, 2.0, 3.0]
+    assert [r["epoch"] for r in once["valid_history"]] == [3.0]
+    assert often["train_loss"] == once["train_loss"]
+    assert often["valid_history"][-1] == once["valid_history"][-1]
