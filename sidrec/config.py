@@ -416,9 +416,11 @@ class SftConfig(_Section):
     this decay (0.995: about the last 200 steps); validation judges, and the stage keeps, the
     average instead of the last step's weights. null: the weights as trained. On MovieLens it
     raised SFT's test NDCG@10 in 3 of 4 seeds (docs/benchmarks.md)."""
-    eval_every: int = Field(2, ge=1)
+    eval_every: int = Field(8, ge=1)
     """Epochs between validations (NDCG@10 on the validation selection users, ranked as
-    evaluate ranks); the best model is kept."""
+    evaluate ranks); the best model is kept. The last epoch is always validated, so a value of
+    ``epochs`` or more keeps the last model: the default, which beat the best of a validation
+    every 2 epochs on the validation gate half (docs/benchmarks.md, "SFT's last model")."""
     patience: int | None = Field(None, ge=1)
     """Validations in a row without improvement before training stops (null: never early, the
     default: the best validation is kept either way, so stopping can only lose a later, better
