@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -174,32 +176,23 @@ def parse_timestamps(values: pd.Series, path: Path, column: str, sample: int = 5
     seconds = within_dates(numeric.where(numeric.abs() < MS_THRESHOLD, numeric / 1000.0))
     needs_parse = present & numeric.isna()
     ambiguous = needs_parse & text.str.match(DAY_MONTH_DATE).fillna(False).astype(bool)
-    if ambiguous.any():  # pandas would read 03/04 month-first, 13/04 day-first, row by row
-        raise InputError(
-            f"{int(ambiguous.sum())} timestamp(s) are dates with the day and the month both in "
-            "numbers before the year (day-first or month-first cannot be told apart); write ISO "
-            "8601 (2020-04-03) or Unix seconds",
-            path=path,
-            column=column,
-            rows=np.flatnonzero(ambiguous.to_numpy())[:sample].tolist(),
-            values=text[ambiguous].head(sample).tolist(),
-        )
+    # pandas would read 03/04 month-first, 13/04 day-first, row by row
+    problem = (
+        "timestamp(s) are dates with the day and the month both in numbers before the year "
+        "(day-first or month-first cannot be told apart); write ISO 8601 (2020-04-03) or Unix "
+        "seconds"
+    )
+    refuse_rows(text, ambiguous, path, column, problem, sample)
     if needs_parse.any():
         parsed = pd.to_datetime(text.where(needs_parse), errors="coerce", utc=True, format="mixed")
         epoch = pd.Timestamp("1970-01-01", tz="UTC")
         parsed_s = (parsed - epoch) / pd.Timedelta(seconds=1)
         seconds = seconds.where(~needs_parse, parsed_s)
-    bad = present & seconds.isna()
-    if bad.any():
-        rows = np.flatnonzero(bad.to_numpy())
-        raise InputError(
-            f"{int(bad.sum())} timestamp(s) cannot be parsed (expected Unix seconds/milliseconds "
-            "or ISO 8601, between the years 1677 and 2262)",
-            path=path,
-            column=column,
-            rows=rows[:sample].tolist(),
-            values=text[bad].head(sample).tolist(),
-        )
+    problem = (
+        "timestamp(s) cannot be parsed (expected Unix seconds/milliseconds or ISO 8601, between "
+        "the years 1677 and 2262)"
+    )
+    refuse_rows(text, present & seconds.isna(), path, column, problem, sample)
     return np.floor(seconds.astype("float64")).astype("Int64")
 
 
@@ -214,15 +207,31 @@ def parse_ratings(values: pd.Series, path: Path, column: str, sample: int = 5) -
     rating, which ``ingest.min_rating`` would silently count as too low."""
     rating = pd.to_numeric(values, errors="coerce").astype("float64")
     bad = values.notna() & ~np.isfinite(rating)
+    problem = "rating(s) are not numbers (expected finite values such as 4 or 4.5)"
+    refuse_rows(values, bad, path, column, problem, sample)
+    return rating
+
+
+def refuse_rows(
+    values: pd.Series,
+    bad: pd.Series,
+    path: Path,
+    column: str,
+    problem: str,
+    sample: int = 5,
+    shown: Callable[[Any], Any] = lambda v: v,
+) -> None:
+    """An InputError naming the file, the column, how many rows ``bad`` marks (``problem``
+    says what is wrong with them), the first ``sample`` of them and their values (as ``shown``
+    renders each); nothing when no row is bad."""
     if bad.any():
         raise InputError(
-            f"{int(bad.sum())} rating(s) are not numbers (expected finite values such as 4 or 4.5)",
+            f"{int(bad.sum())} {problem}",
             path=path,
             column=column,
             rows=np.flatnonzero(bad.to_numpy())[:sample].tolist(),
-            values=values[bad].head(sample).tolist(),
+            values=[shown(v) for v in values[bad].head(sample)],
         )
-    return rating
 
 
 def finish(

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sidrec.errors import InputError
 from sidrec.sources.common import (
     ITEM_TEXT_FIELDS,
     SourceTables,
@@ -19,6 +18,7 @@ from sidrec.sources.common import (
     parse_ratings,
     parse_timestamps,
     read_frame,
+    refuse_rows,
     require_columns,
 )
 
@@ -113,33 +113,16 @@ def _reject_binary(frame: pd.DataFrame, columns: list[str], path: Path) -> None:
     for col in columns:
         bad = _cells(frame[col], _is_binary)
         problem = "value(s) are binary data, not UTF-8 text; this column must hold text or numbers"
-        _refuse(frame, col, bad, path, problem, shown=lambda v: v[:16])  # an image would flood it
+        refuse_rows(
+            frame[col], bad, path, col, problem, shown=lambda v: v[:16]
+        )  # an image would flood it
 
 
 def _ids(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
     lists = _cells(frame[column], _is_list)
     problem = "id(s) are lists; each row must hold one id (one row per user-item pair, or per item)"
-    _refuse(frame, column, lists, path, problem, shown=list)
+    refuse_rows(frame[column], lists, path, column, problem, shown=list)
     return normalize_ids(frame[column])
-
-
-def _refuse(
-    frame: pd.DataFrame,
-    column: str,
-    bad: pd.Series,
-    path: Path,
-    problem: str,
-    shown: Callable[[Any], Any],
-) -> None:
-    """An InputError naming the column, the first rows where ``bad`` holds and their values."""
-    if bad.any():
-        raise InputError(
-            f"{int(bad.sum())} {problem}",
-            path=path,
-            column=column,
-            rows=np.flatnonzero(bad.to_numpy())[:5].tolist(),
-            values=[shown(v) for v in frame[column][bad].head(5)],
-        )
 
 
 def _is_list(value: Any) -> bool:
