@@ -11,8 +11,8 @@ The gate half of the validation users (the ones evaluate reports as ``valid`` an
 promotion gate reads, never used to select) is ranked the same way, so a selection rule can be
 judged on validation users before test is read; both are written per user to
 ``OUT/checkpoint-scores.json``. Test scores are recorded only, never used to choose: the kept
-model is the one training keeps (``sft.patience: null`` sees the whole schedule; the table then marks the validation that
-``--patience`` would have stopped at). ``--evaluate`` then runs the evaluate stage there
+model is the one training keeps (``sft.patience: null`` sees the whole schedule; the table then
+marks the validation that ``--patience`` would have stopped at). ``--evaluate`` then runs the evaluate stage there
 (``grpo.enabled=false``), so ``bench.compare RUN OUT`` pairs the kept model with the run's,
 and writes the run record that ``bench.quality --skip-run`` reads (``--out`` laid out as
 ``WORKDIR/PRESET/seed-N``: a variant trained from prepared folders, e.g. on a lent GPU; the SFT
@@ -99,8 +99,7 @@ def main() -> None:
     from models.baselines import encode_targets
     from models.metrics import per_row_metrics
     from sidrec.errors import InputError
-    from sidrec.protocol import validation_half
-    from tasks.evaluate import exclusions
+    from tasks.evaluate import eval_rows, exclusions
     from tasks.shared.inputs import read_split
     from tasks.shared.validation import ValidationSample
 
@@ -130,8 +129,8 @@ def main() -> None:
             test = read_split(settings, "test")
             splits = {"train": train, "valid": valid, "test": test}
             self.extra = {}
-            for name, rows in (("gate", validation_half(valid, "gate")), ("test", test)):
-                split = "valid" if name == "gate" else "test"
+            for split, rows in eval_rows(settings, splits).items():  # the rows evaluate scores
+                name = "gate" if split == "valid" else split
                 self.extra[name] = (
                     [list(h) for h in rows["history"]],
                     exclusions(settings, splits, split, rows),
