@@ -107,6 +107,13 @@ class DatasetPaths:
         """The RL-tuned model + tokenizer (the best checkpoint by validation NDCG@10)."""
         return self.grpo_dir / "model"
 
+    @property
+    def grpo_kept_step(self) -> Path:
+        """Inside the GRPO model folder: the validation step that model is (0: its SFT start).
+        It travels with the weights, so evaluate's choice of the best generative model reads
+        the model alone, never the run's timings in ``metrics/grpo.json``."""
+        return self.grpo_model / "kept_step.json"
+
     def metrics(self, stage: str) -> Path:
         return self.metrics_dir / f"{stage}.json"
 

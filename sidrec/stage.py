@@ -172,8 +172,8 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             *(paths.split(s) for s in ("train", "valid", "test")),
             *_files(paths.sasrec_model),
             *_files(paths.sft_model),
-            # GRPO's record of its kept step decides the best generative model
-            *([*_files(paths.grpo_model), paths.metrics("grpo")] if settings.grpo.enabled else []),
+            # with GRPO's kept step (in its model folder: it decides the best generative model)
+            *(_files(paths.grpo_model) if settings.grpo.enabled else []),
         ]
     if stage == "register":
         return [

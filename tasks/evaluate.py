@@ -230,20 +230,22 @@ def _uncertainty(
 
 def best_generative(settings: Settings, generative: list[str]) -> str | None:
     """The SID model the "best generative" rows stand for, chosen on the validation selection
-    half: GRPO where its validation (``best_step`` in ``metrics/grpo.json``, which the grpo
-    stage writes right after its model) kept a step past its start, i.e. it scored above its
-    SFT start on those users; else SFT."""
+    half: GRPO where its validation kept a step past its start (``kept_step.json`` in the GRPO
+    model folder, written with the weights), i.e. it scored above its SFT start on those
+    users; else SFT."""
     if "grpo" not in generative:
         return generative[0] if generative else None
-    path = settings.paths.metrics("grpo")
+    path = settings.paths.grpo_kept_step
     record = read_json(
-        path, "GRPO metrics", "run `sidrec grpo` first (it writes them with its model)"
+        path, "GRPO kept step", "run `sidrec grpo` again (it writes it into its model folder)"
     )
-    if "best_step" not in record:
+    step = record.get("best_step") if isinstance(record, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise InputError(
-            "the GRPO metrics name no kept step (best_step); re-run `sidrec grpo`", path=path
+            f"the GRPO model folder names no kept step (best_step: {step!r}); re-run `sidrec grpo`",
+            path=path,
         )
-    return "grpo" if int(record["best_step"]) > 0 else "sft"
+    return "grpo" if step > 0 else "sft"
 
 
 def _rounded(interval: Any) -> dict[str, float]:

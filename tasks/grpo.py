@@ -364,6 +364,9 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         shards = shard_records(trainer)
         if not is_main_process():  # it trained its shard; the main process writes
             return StageResult(stage="grpo", outputs={})
+        # the kept step moves with the weights (evaluate's pick of the best generative model)
+        kept = {"best_step": int(validator.best["step"])}
+        atomic_write_json(best_dir / paths.grpo_kept_step.name, kept)
         replace_dir(best_dir, paths.grpo_model)
     finally:  # a failed or interrupted run leaves no copy of its best model behind
         if is_main_process():

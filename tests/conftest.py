@@ -401,9 +401,9 @@ class TinyProject:
             out.parquet(inter, paths.validated("interactions"), INTERACTIONS)
         atomic_write_json(paths.sid_map, self.sid_map)
         _save_tiny_model(paths.sft_model, seed=0)
-        if grpo_model:  # with the record the grpo stage writes beside it: a kept step past 0
+        if grpo_model:  # with the record the grpo stage writes into it: a kept step past 0
             _save_tiny_model(paths.grpo_model, seed=1)
-            atomic_write_json(paths.metrics("grpo"), {"dataset": "tiny", "best_step": 10})
+            atomic_write_json(paths.grpo_kept_step, {"best_step": 10})
 
     def evaluate(self, settings: Settings) -> dict[str, Any]:
         """split → baselines → evaluate: a real ``metrics/eval.json`` with per-user scores and

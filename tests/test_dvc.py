@@ -132,6 +132,13 @@ def test_dvc_repro_builds_then_has_nothing_to_do(tmp_path, csv_project, run_sidr
     assert "Data and pipelines are up to date." in second
     assert _ran(second) == set()
 
+    # a GRPO key that does not change what it learns: grpo re-runs and, training on CPU being
+    # seeded, writes the same model folder with the same kept step; its timings live in
+    # metrics/grpo.json, which nothing reads, so evaluate and register stay skipped
+    params["grpo"]["log_samples_every"] += 1
+    _write_params(work, params)
+    assert _ran(_run([str(DVC), "repro"], work)) == {"grpo"}
+
     # a param read by one stage only: that stage, and no other, is out of date (`dvc status`
     # compares each stage's recorded inputs, as `dvc repro` does before running it)
     for section, key, value, stage in [

@@ -57,6 +57,9 @@ def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_trained):
     assert [r["step"] for r in m["valid_history"]] == [0, 2, 4]  # SFT start, then every 2 steps
     best = max(m["valid_history"], key=lambda r: r["ndcg@10"])
     assert m["valid_best"]["ndcg@10"] == best["ndcg@10"] and m["best_step"] == best["step"]
+    # the kept step travels inside the model folder (evaluate reads it there)
+    kept_step = json.loads(settings.paths.grpo_kept_step.read_text())
+    assert kept_step == {"best_step": best["step"]}
     assert m["distinct_items_per_group"] == 1.0 and m["non_finite_rewards"] == 0
     assert set(m["rewards"]) == {"ranking", "semantic"}
     # per logging step: the target's presence in the groups, and each reward's mean

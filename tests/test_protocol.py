@@ -82,12 +82,20 @@ def test_the_best_generative_model_is_chosen_on_the_selection_half(project, make
 
     settings = make_settings(project)
     assert best_generative(settings, ["sft"]) == "sft" and best_generative(settings, []) is None
-    with pytest.raises(InputError, match="GRPO metrics not found; run `sidrec grpo` first"):
+    with pytest.raises(InputError, match="GRPO kept step not found; run `sidrec grpo` again"):
         best_generative(settings, ["sft", "grpo"])
-    path = settings.paths.metrics("grpo")
+    path = settings.paths.grpo_kept_step
     path.parent.mkdir(parents=True, exist_ok=True)
     # GRPO kept its start (step 0, the SFT weights): nothing beat SFT on the selection users
     path.write_text(json.dumps({"best_step": 0}))
     assert best_generative(settings, ["sft", "grpo"]) == "sft"
     path.write_text(json.dumps({"best_step": 50}))
     assert best_generative(settings, ["sft", "grpo"]) == "grpo"
+    # the run's metrics (timings and all) play no part: only the model folder's record
+    settings.paths.metrics("grpo").parent.mkdir(parents=True, exist_ok=True)
+    settings.paths.metrics("grpo").write_text(json.dumps({"best_step": 0}))
+    assert best_generative(settings, ["sft", "grpo"]) == "grpo"
+    for bad in ({}, {"best_step": -1}, {"best_step": "50"}, [50]):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(InputError, match="names no kept step"):
+            best_generative(settings, ["sft", "grpo"])
