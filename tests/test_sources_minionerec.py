@@ -277,6 +277,46 @@ def test_info_line_with_wrong_field_count(tmp_path):
 # ---------------------------------------------------------------------------- known gaps
 
 
+def test_every_later_sample_continues_its_user_in_the_real_files(sample):
+    """The check below holds for MiniOneRec's own files: each user's later histories are the
+    end of the items rebuilt before them (a window over the newest ones)."""
+    rows = split_rows()
+    for user, group in rows.groupby("user_id", sort=False):
+        sequence = list(ast.literal_eval(group["history_item_id"].iloc[0]))
+        for history, target in zip(group["history_item_id"], group["item_id"], strict=True):
+            history = list(ast.literal_eval(history))
+            assert sequence[-len(history) :] == history, user
+            sequence.append(int(target))
+
+
+def test_rows_out_of_time_order_are_refused_with_file_rows_and_user(tmp_path):
+    folder = copy_sample(tmp_path)
+    csv = folder / "valid" / f"{STEM}.csv"
+    csv.write_text(
+        "user_id,history_item_id,item_id\n"
+        "A1,\"[1, 2]\",3\n"
+        "A2,[7],8\n"
+        "A1,\"[2, 3]\",4\n"  # in order: [1, 2, 3] ends with [2, 3]
+        "A1,\"[3, 5]\",6\n"  # out of order: 5 is not A1's item before 6
+    )
+    with pytest.raises(InputError) as err:
+        read_minionerec(folder)
+    text = str(err.value)
+    assert str(csv) in text and "column 'history_item_id'" in text
+    assert "1 samples do not continue their user's earlier samples" in text
+    assert "(rows 3)" in text and "user A1: ['3', '5'] after ['2', '3', '4']" in text
+
+
+def test_a_history_window_cut_to_the_newest_items_is_in_order(tmp_path):
+    folder = copy_sample(tmp_path)
+    (folder / "valid" / f"{STEM}.csv").write_text(
+        "user_id,history_item_id,item_id\nA1,\"[1, 2, 3]\",4\nA1,\"[3, 4]\",5\nA1,[],6\n"
+    )
+    shutil.rmtree(folder / "test")
+    inter = read_minionerec(folder).interactions
+    assert inter[inter["user_id"] == "A1"]["item_id"].tolist() == ["1", "2", "3", "4", "5", "6"]
+
+
 def test_empty_target_item_is_missing_not_nan(tmp_path):
     folder = copy_sample(tmp_path)
     (folder / "test" / f"{STEM}.csv").write_text("user_id,history_item_id,item_id\nA1,[3112],\n")

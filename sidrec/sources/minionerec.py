@@ -5,7 +5,8 @@
 MiniOneRec's CSVs carry no timestamps. Interactions are rebuilt per user from the samples
 (the first sample's history, then each sample's target) in file order train → valid → test,
 which MiniOneRec writes chronologically; timestamps are synthesized as that global order,
-one second apart from 2000-01-01 UTC, so they sort correctly but are not real times.
+one second apart from 2000-01-01 UTC, so they sort correctly but are not real times. That
+order is checked, not trusted: a user's later sample must continue the earlier ones.
 """
 
 from __future__ import annotations
@@ -168,21 +169,46 @@ def read_samples(path: Path) -> pd.DataFrame:
                 rows=[row],
                 values=[text],
             )
-        histories.append([str(v) for v in value])
-    return pd.DataFrame({"user_id": df["user_id"], "history": histories, "item_id": df["item_id"]})
+        histories.append([str(v).strip() for v in value])
+    targets = normalize_ids(df["item_id"])  # 114, not 114.0 where a blank made the column float
+    return pd.DataFrame({"user_id": df["user_id"], "history": histories, "item_id": targets})
 
 
-def rebuild_interactions(samples: list[pd.DataFrame]) -> pd.DataFrame:
-    """Per user: the first sample's history and target, then every later sample's target."""
-    seen_users: set[str] = set()
-    rows: list[tuple[str, str | None, int]] = []
-    for frame in samples:
-        for user, history, target in frame.itertuples(index=False):
-            if user not in seen_users:
-                seen_users.add(user)
-                rows.extend((user, item, 0) for item in history)
-            rows.append((user, None if pd.isna(target) else str(target), 0))
-    users, items, _ = zip(*rows, strict=True) if rows else ((), (), ())
+def rebuild_interactions(samples: list[tuple[Path, pd.DataFrame]]) -> pd.DataFrame:
+    """Per user: the first sample's history and target, then every later sample's target.
+
+    The files' order is taken as time order, so it is checked: a later sample's history must
+    be the end of what the user's earlier samples rebuilt (MiniOneRec cuts each history to its
+    newest items). A shuffled or re-sorted file breaks that and is refused, naming the file,
+    rows and users, instead of rebuilding sequences in the wrong order."""
+    sequences: dict[str, list[str | None]] = {}
+    rows: list[tuple[str, str | None]] = []
+    for path, frame in samples:
+        bad: list[int] = []
+        shown: list[str] = []
+        for row, (user, history, target) in enumerate(frame.itertuples(index=False)):
+            sequence = sequences.get(user)
+            if sequence is None:
+                sequence = sequences[user] = list(history)
+                rows.extend((user, item) for item in history)
+            elif history and sequence[-len(history) :] != history:
+                bad.append(row)
+                shown.append(f"user {user}: {history[-3:]} after {sequence[-3:]}")
+            item = None if pd.isna(target) else str(target)
+            sequence.append(item)
+            rows.append((user, item))
+        if bad:
+            raise InputError(
+                f"{len(bad)} samples do not continue their user's earlier samples (the history "
+                "is not the end of the items before it): the rows are not in time order, which "
+                "the timestamp-free MiniOneRec files must be (as MiniOneRec writes them; was "
+                "the file shuffled or sorted?)",
+                path=path,
+                column="history_item_id",
+                rows=bad,
+                values=shown,
+            )
+    users, items = zip(*rows, strict=True) if rows else ((), ())
     return pd.DataFrame(
         {
             "user_id": normalize_ids(pd.Series(users, dtype="string")),
@@ -199,7 +225,7 @@ def read_minionerec(folder: Path, category: str | None = None) -> SourceTables:
     catalog = read_catalog(found)
     catalog["item_id"] = normalize_ids(catalog["item_id"])
     split_files = [p for s in SPLIT_ORDER for p in found[s]]
-    interactions = rebuild_interactions([read_samples(p) for p in split_files])
+    interactions = rebuild_interactions([(p, read_samples(p)) for p in split_files])
     files = {"interactions": split_files, "items": (found["item"] or found["info"])[:1]}
     notes = {f"{s}_files": len(found[s]) for s in SPLIT_ORDER}
     return finish(interactions, catalog, files, None, notes)
