@@ -294,10 +294,10 @@ def test_rows_out_of_time_order_are_refused_with_file_rows_and_user(tmp_path):
     csv = folder / "valid" / f"{STEM}.csv"
     csv.write_text(
         "user_id,history_item_id,item_id\n"
-        "A1,\"[1, 2]\",3\n"
+        'A1,"[1, 2]",3\n'
         "A2,[7],8\n"
-        "A1,\"[2, 3]\",4\n"  # in order: [1, 2, 3] ends with [2, 3]
-        "A1,\"[3, 5]\",6\n"  # out of order: 5 is not A1's item before 6
+        'A1,"[2, 3]",4\n'  # in order: [1, 2, 3] ends with [2, 3]
+        'A1,"[3, 5]",6\n'  # out of order: 5 is not A1's item before 6
     )
     with pytest.raises(InputError) as err:
         read_minionerec(folder)
@@ -310,7 +310,7 @@ def test_rows_out_of_time_order_are_refused_with_file_rows_and_user(tmp_path):
 def test_a_history_window_cut_to_the_newest_items_is_in_order(tmp_path):
     folder = copy_sample(tmp_path)
     (folder / "valid" / f"{STEM}.csv").write_text(
-        "user_id,history_item_id,item_id\nA1,\"[1, 2, 3]\",4\nA1,\"[3, 4]\",5\nA1,[],6\n"
+        'user_id,history_item_id,item_id\nA1,"[1, 2, 3]",4\nA1,"[3, 4]",5\nA1,[],6\n'
     )
     shutil.rmtree(folder / "test")
     inter = read_minionerec(folder).interactions
