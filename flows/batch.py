@@ -6,6 +6,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from sidrec.config import load_settings
+from sidrec.distributed import require_one_process
 from tasks.recommend import batch_recommend_task
 
 
@@ -18,6 +19,7 @@ def batch_recommend(
 ) -> str:
     """Load ``params.yaml`` (+ ``section.key=value`` overrides) and write every user's top-``k``;
     returns the Parquet file's path."""
+    require_one_process("the batch-recommend flow", "run it as one process")
     settings = load_settings(config_path, overrides or [])
     path = batch_recommend_task(settings, k=k, batch_size=batch_size)
     get_run_logger().info("recommendations for %s written to %s", settings.project.dataset, path)

@@ -22,6 +22,7 @@ from prefect.deployments import run_deployment
 from prefect.exceptions import MissingContextError, ObjectNotFound
 
 from sidrec.config import Settings, load_settings
+from sidrec.distributed import require_one_process
 from sidrec.errors import ConfigError
 from sidrec.stage import Stage, StageResult
 from sidrec.tracking import end_orphaned_runs, use_parent_run
@@ -58,6 +59,7 @@ def train_remote(
         parent_run_id: the MLflow run of the pipeline that started this one: the stages' runs
             nest under it (None: they are top-level runs).
     """
+    require_one_process(f"the {FLOW_NAME} flow")  # it launches sft and grpo itself
     if accelerate_config is not None:  # last, so it wins as the deployment's own setting
         overrides = [*(overrides or []), f"orchestration.accelerate_config={accelerate_config}"]
     settings = load_settings(config_path, overrides or [])

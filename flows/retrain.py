@@ -12,6 +12,7 @@ from flows.data import prepare_data
 from flows.dispatch import run_training
 from flows.sids import build_sids
 from sidrec.config import Settings, literal_override, load_settings, save_run_config
+from sidrec.distributed import require_one_process
 from sidrec.dvc_state import record_in_dvc
 from sidrec.stage import STAGES, Stage, StageResult, reaches
 from sidrec.tracking import pipeline_run
@@ -38,6 +39,7 @@ def retrain(
         dataset: shortcut for project.dataset=<dataset>.
         preset: shortcut for model.preset=<preset>.
     """
+    require_one_process("the retrain flow")
     # the shortcuts go last so they win over `overrides`, as the CLI flags win over --set
     shortcuts = {"project.dataset": dataset, "model.preset": preset}
     taken = (literal_override(k, v) for k, v in shortcuts.items() if v is not None)

@@ -24,7 +24,7 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from sidrec.config import SOURCES, Settings, literal_override, load_settings, save_run_config
-from sidrec.distributed import is_main_process, world_size
+from sidrec.distributed import is_main_process, require_one_process
 from sidrec.errors import SidrecError
 from sidrec.progress import configure_library_bars
 from sidrec.stage import STAGES, Stage, StageResult
@@ -180,10 +180,9 @@ LAUNCHABLE: tuple[Stage, ...] = ("sft", "grpo")
 
 
 def _run_stage(stage: Stage, settings: Settings) -> None:
-    if world_size() > 1 and stage not in LAUNCHABLE:
-        raise SidrecError(
-            f"`sidrec {stage}` runs as one process, not under accelerate launch with "
-            f"{world_size()} processes; only {' and '.join(LAUNCHABLE)} train as several"
+    if stage not in LAUNCHABLE:
+        require_one_process(
+            f"`sidrec {stage}`", f"only {' and '.join(LAUNCHABLE)} train as several"
         )
     if is_main_process():
         save_run_config(settings, stage)
@@ -316,12 +315,7 @@ def pipeline(
     with _errors(opts.debug):
         if until not in STAGES:
             raise SidrecError(f"--until must be one of {', '.join(STAGES)}, got {until!r}")
-        if world_size() > 1:
-            raise SidrecError(
-                "`sidrec pipeline` runs as one process (its flow would run once per launched "
-                "process); set orchestration.accelerate_config to train sft and grpo under "
-                "accelerate launch, or launch `sidrec sft` / `sidrec grpo` themselves"
-            )
+        require_one_process("`sidrec pipeline`")  # before Prefect starts
         opts.settings()  # fail fast on bad config, before starting Prefect
         _quiet_expected_errors(opts.debug)
         from flows.retrain import retrain

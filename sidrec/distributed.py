@@ -40,6 +40,26 @@ def world_size() -> int:
     return _env_int(_WORLD_ENV, 1)
 
 
+LAUNCH_HINT = (
+    "set orchestration.accelerate_config to train sft and grpo under accelerate launch, or "
+    "launch `sidrec sft` / `sidrec grpo` themselves"
+)
+"""What to do instead of launching a whole pipeline or flow as several processes."""
+
+
+def require_one_process(what: str, hint: str = LAUNCH_HINT) -> None:
+    """Refuse to run ``what`` as one of several launched processes: each would run all of it
+    (every stage, once per process, racing on the same files and registry). ``hint`` says
+    what to launch instead."""
+    if world_size() > 1:
+        from sidrec.errors import SidrecError
+
+        raise SidrecError(
+            f"{what} runs as one process, not under accelerate launch with {world_size()} "
+            f"processes; {hint}"
+        )
+
+
 def is_main_process() -> bool:
     """True for the one process that writes files, metrics and MLflow runs."""
     return process_rank() == 0

@@ -114,6 +114,24 @@ def test_only_the_training_stages_run_under_a_launcher(project, monkeypatch, com
     assert not (project / "runs").exists()
 
 
+@pytest.mark.parametrize("entry", ["retrain", "train_remote", "batch_recommend"])
+def test_the_deployed_flows_refuse_a_launcher_before_touching_anything(project, monkeypatch, entry):
+    """A deployment's flow started under `accelerate launch` would run once per process: it
+    stops first, before it writes a run config or loads the settings."""
+    from flows.batch import batch_recommend
+    from flows.dispatch import train_remote
+    from flows.retrain import retrain
+    from sidrec.errors import SidrecError
+
+    flow = {"retrain": retrain, "train_remote": train_remote, "batch_recommend": batch_recommend}
+    _launched(monkeypatch, 0, 2)
+    with pytest.raises(
+        SidrecError, match="runs as one process, not under accelerate launch with 2"
+    ):
+        flow[entry].fn(config_path="does-not-exist.yaml")
+    assert not (project / "runs").exists()
+
+
 def test_the_resolved_config_reloads_with_a_preset_and_overrides(project, tmp_path):
     from sidrec.config import dump_settings, load_settings
 
