@@ -319,9 +319,13 @@ def test_a_history_window_cut_to_the_newest_items_is_in_order(tmp_path):
 
 def test_empty_target_item_is_missing_not_nan(tmp_path):
     folder = copy_sample(tmp_path)
-    (folder / "test" / f"{STEM}.csv").write_text("user_id,history_item_id,item_id\nA1,[3112],\n")
+    (folder / "test" / f"{STEM}.csv").write_text(
+        'user_id,history_item_id,item_id\nA1,[3112],\nA1,"[3112, 114]",278\n'
+    )
     inter = read_minionerec(folder).interactions
     assert "nan" not in set(inter["item_id"].dropna())
+    # the blank is a null item for validation to report, not a break in the order
+    assert inter[inter["user_id"] == "A1"]["item_id"].tolist() == ["3112", pd.NA, "278"]
 
 
 def test_split_folder_wins_over_words_in_the_file_name(tmp_path):

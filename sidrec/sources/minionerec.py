@@ -191,7 +191,7 @@ def rebuild_interactions(samples: list[tuple[Path, pd.DataFrame]]) -> pd.DataFra
             if sequence is None:
                 sequence = sequences[user] = list(history)
                 rows.extend((user, item) for item in history)
-            elif history and sequence[-len(history) :] != history:
+            elif not _continues(sequence, history):
                 bad.append(row)
                 shown.append(f"user {user}: {history[-3:]} after {sequence[-3:]}")
             item = None if pd.isna(target) else str(target)
@@ -218,6 +218,15 @@ def rebuild_interactions(samples: list[tuple[Path, pd.DataFrame]]) -> pd.DataFra
             ),
         }
     )
+
+
+def _continues(sequence: list[str | None], history: list[str]) -> bool:
+    """Whether ``history`` is the end of ``sequence`` (a missing target, None, matches any item:
+    validation reports it as a null item id, not as a broken order)."""
+    if len(history) > len(sequence):
+        return False
+    tail = sequence[len(sequence) - len(history) :]
+    return all(a is None or a == b for a, b in zip(tail, history, strict=True))
 
 
 def read_minionerec(folder: Path, category: str | None = None) -> SourceTables:
