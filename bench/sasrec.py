@@ -154,6 +154,7 @@ def main() -> None:
     if len(set(labels)) != len(labels):
         raise SystemExit(f"--config: the same setting twice in {labels}")
     seeds = args.seeds or [None]
+    output = None if args.output is None else args.output.resolve()  # before the chdir below
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
@@ -219,8 +220,8 @@ def main() -> None:
             f"{row['selection']:.4f} | {row['gate']:.4f} | {_diff(row, 'gate')} | "
             f"{row['test']:.4f} | {_diff(row, 'test')} |"
         )
-    if args.output is not None:
-        atomic_write_json(args.output, {"runs": results, "summary": rows})
+    if output is not None:
+        atomic_write_json(output, {"runs": results, "summary": rows})
 
 
 if __name__ == "__main__":
