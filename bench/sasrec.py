@@ -114,7 +114,7 @@ def summary(results: list[dict[str, Any]], labels: list[str]) -> list[dict[str, 
     from models.stats import paired_bootstrap_interval
 
     by_label = {lab: [r for r in results if r["config"] == lab] for lab in labels}
-    base = {h: _user_means(by_label[labels[0]], h) for h in ("gate", "test")}
+    means = {lab: {h: _user_means(by_label[lab], h) for h in ("gate", "test")} for lab in labels}
     rows = []
     for lab in labels:
         runs = by_label[lab]
@@ -126,12 +126,12 @@ def summary(results: list[dict[str, Any]], labels: list[str]) -> list[dict[str, 
             "selection": _mean([r["trained"]["valid_selection"]["ndcg@10"] for r in runs]),
         }
         for half in ("gate", "test"):
-            users, values = _user_means(runs, half)
-            if users != base[half][0]:
+            (users, values), (base_users, base) = means[lab][half], means[labels[0]][half]
+            if users != base_users:
                 raise ValueError(f"{lab}: other {half} users than {labels[0]}")
             row[half] = float(values.mean())
             if lab != labels[0]:
-                iv = paired_bootstrap_interval(values, base[half][1])
+                iv = paired_bootstrap_interval(values, base)
                 row[f"{half}_diff"] = {"mean": iv.mean, "low": iv.low, "high": iv.high}
         rows.append(row)
     return rows

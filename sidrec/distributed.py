@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any, TypeVar
 
+from sidrec.errors import SidrecError
+
 T = TypeVar("T")
 
 _RANK_ENV = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
@@ -52,8 +54,6 @@ def require_one_process(what: str, hint: str = LAUNCH_HINT) -> None:
     (every stage, once per process, racing on the same files and registry). ``hint`` says
     what to launch instead."""
     if world_size() > 1:
-        from sidrec.errors import SidrecError
-
         raise SidrecError(
             f"{what} runs as one process, not under accelerate launch with {world_size()} "
             f"processes; {hint}"
