@@ -28,7 +28,7 @@ from sidrec.distributed import is_main_process, require_one_process
 from sidrec.errors import SidrecError
 from sidrec.progress import configure_library_bars
 from sidrec.stage import STAGES, Stage, StageResult
-from sidrec.tracking import Terminated, raise_on_sigterm
+from sidrec.tracking import Terminated, raise_on_sigterm, tracking_uri
 
 app = typer.Typer(
     help="Generative recommendation with semantic IDs: ingest → validate → split → ...",
@@ -110,8 +110,9 @@ def common_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def _environment_error(exc: Exception) -> str | None:
     """What went wrong, where the environment rather than the code is at fault: a server that
-    cannot be reached (the Prefect API), or a path the configuration names that cannot be read
-    or written (nothing was written, as for other bad input); None for any other error."""
+    cannot be reached (the Prefect API, the MLflow tracking server), or a path the configuration
+    names that cannot be read or written (nothing was written, as for other bad input); None for
+    any other error."""
     import httpx
 
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
@@ -123,12 +124,32 @@ def _environment_error(exc: Exception) -> str | None:
             f"cannot reach {server} ({exc}); is the server running? (PREFECT_API_URL / "
             "MLFLOW_TRACKING_URI name the servers)"
         )
+    if _lost_connection(exc):  # MLflow gave up on its server after its retries
+        return (
+            f"the MLflow tracking server {tracking_uri()} stopped answering ({exc}); is it "
+            "running? (MLFLOW_TRACKING_URI names it)"
+        )
     if isinstance(exc, OSError) and exc.filename is not None:
         return (
             f"{exc.filename}: {exc.strerror} (check the paths of params.yaml and --set: "
             "project.*_dir, ingest.*)"
         )
     return None
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """An MLflow client error whose request could not reach its server (the requests error
+    is the exception MLflow raised while handling)."""
+    import requests
+
+    if not type(exc).__module__.startswith("mlflow"):
+        return False
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (requests.ConnectionError, requests.Timeout)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from sidrec.config import Settings
 from sidrec.errors import InputError
-from sidrec.tracking import metric_key, tracking_uri
+from sidrec.tracking import metric_key, require_server, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +333,7 @@ def client() -> Any:
     """An ``MlflowClient`` of the project's tracking store (``MLFLOW_TRACKING_URI`` or SQLite)."""
     import mlflow
 
+    require_server()
     mlflow.set_tracking_uri(tracking_uri())
     return mlflow.MlflowClient(tracking_uri())
 

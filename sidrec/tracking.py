@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sidrec.errors import SidrecError
+
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
@@ -49,10 +51,44 @@ PARENT_RUN_ENV = "SIDREC_MLFLOW_PARENT_RUN_ID"
 """Environment variable holding the pipeline's parent run id while a pipeline runs."""
 MAX_PARAM_LENGTH = 6000
 """MLflow rejects longer parameter values; longer ones are cut (and marked) instead."""
+SERVER_TIMEOUT_S = (5.0, 30.0)
+"""(connect, read) seconds :func:`require_server` gives the tracking server to answer."""
+_answered: set[str] = set()
+"""Tracking servers that answered in this process (checked once each)."""
 
 
 def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
+
+
+def require_server(uri: str | None = None) -> None:
+    """Stop at once, naming the server, when the tracking URI (default: :func:`tracking_uri`)
+    is an http(s) server that does not answer; file and database URIs pass. MLflow itself
+    retries a refused connection for about four minutes (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``)
+    before it fails, so a stage would otherwise wait that long and then end on a bare client
+    error. Any HTTP answer counts as reachable (a proxy may not route ``/health``)."""
+    uri = uri or tracking_uri()
+    if not uri.startswith(("http://", "https://")) or uri in _answered:
+        return
+    import requests
+
+    try:
+        requests.get(f"{uri.rstrip('/')}/health", timeout=SERVER_TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise ServerUnreachable(uri, exc) from None
+    _answered.add(uri)
+
+
+class ServerUnreachable(SidrecError):
+    """The MLflow tracking server named by ``MLFLOW_TRACKING_URI`` does not answer."""
+
+    def __init__(self, uri: str, reason: Exception) -> None:
+        self.uri = uri
+        super().__init__(
+            f"cannot reach the MLflow tracking server {uri} ({type(reason).__name__}: "
+            f"{reason}); is it running? (MLFLOW_TRACKING_URI names it; unset, runs go to "
+            f"{DEFAULT_TRACKING_URI})"
+        )
 
 
 def experiment_name(dataset: str) -> str:
@@ -198,6 +234,7 @@ def _connect(dataset: str) -> None:
     import mlflow
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # database migrations on first use
+    require_server()
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_experiment(experiment_name(dataset))
 

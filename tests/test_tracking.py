@@ -19,6 +19,7 @@ import pytest
 from sidrec.config import load_settings
 from sidrec.tracking import (
     PARENT_RUN_ENV,
+    ServerUnreachable,
     Terminated,
     end_orphaned_runs,
     experiment_name,
@@ -27,6 +28,7 @@ from sidrec.tracking import (
     pipeline_run,
     process_tags,
     raise_on_sigterm,
+    require_server,
     stage_run,
     tracking_uri,
     use_parent_run,
@@ -195,3 +197,89 @@ def test_trainer_callback_logs_into_the_stage_run(tmp_path: Path) -> None:
     assert data.metrics["loss"] == 1.25 and data.params["sft.epochs"] == "3"
     assert data.params["learning_rate"] == str(args.learning_rate)  # the trainer's own params
     assert _run(run.info.run_id).info.status == "FINISHED"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_tracking_server_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with (
+        pytest.raises(ServerUnreachable, match=f"cannot reach the MLflow tracking server {uri}"),
+        stage_run(dataset="track", stage="sft"),
+    ):
+        pytest.fail("the stage ran without its server")
+
+
+def test_a_server_that_answers_is_asked_once_and_file_stores_never() -> None:
+    import http.server
+    import threading
+
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # any answer counts, a 404 from a proxy included
+            paths.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}/mlflow/"
+        require_server(uri)
+        require_server(uri)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert paths == ["/mlflow/health"]
+    require_server("sqlite:///nowhere/mlflow.db")  # no network, nothing to check
+    require_server("file:///nowhere/mlruns")
+
+
+def test_the_cli_names_an_unreachable_tracking_server_and_exits_1(
+    project: Path, sidrec_subprocess_env
+) -> None:
+    uri = f"http://127.0.0.1:{_free_port()}"
+    env = {**sidrec_subprocess_env(project), "MLFLOW_TRACKING_URI": uri}
+    env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)  # MLflow's own retries: about 4 minutes
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidrec", "recommend", "--history", "1,2"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1, output
+    assert f"cannot reach the MLflow tracking server {uri}" in output
+    assert "Traceback" not in output
+
+
+def test_a_server_lost_mid_run_is_an_environment_error() -> None:
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    from sidrec.cli import _environment_error
+
+    def lost() -> None:
+        try:
+            raise requests.ConnectionError("Max retries exceeded (Connection refused)")
+        except requests.ConnectionError as exc:
+            raise MlflowException(f"API request failed with exception {exc}") from None
+
+    with pytest.raises(MlflowException) as raised:
+        lost()
+    message = _environment_error(raised.value)
+    assert message is not None and "stopped answering" in message
+    assert tracking_uri() in message
+    assert _environment_error(MlflowException("RESOURCE_DOES_NOT_EXIST: no such run")) is None
+    assert _environment_error(requests.ConnectionError("not MLflow's")) is None
