@@ -285,3 +285,31 @@ def test_sft_and_grpo_train_on_two_processes(prepared, synthetic_project, monkey
     )
     ranking = recommender.rank([["i3", "i4", "i5"]], 5)
     assert len(ranking.items[0]) == 5 and all(0 <= i < len(items) for i in ranking.items[0])
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo"])
+def test_more_processes_than_examples_stop_before_anything_is_written(
+    stage, trained, synthetic_project, monkeypatch
+):
+    """Rank 0 of a launch with more processes than the stage has examples (sft) or prompts per
+    step (grpo): a ConfigError that names the remedy, before a model folder, a metrics file or
+    an MLflow run exists."""
+    import importlib
+
+    root = trained.paths.data_dir.parent
+    db = root / "tracking" / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    settings = synthetic_project.settings(root, sft=SFT, grpo={**GRPO, "prompts_per_step": 1024})
+    target = settings.paths.sft_model if stage == "sft" else settings.paths.grpo_model
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    model_files = {p: p.read_bytes() for p in settings.paths.sft_model.rglob("*") if p.is_file()}
+    _launched(monkeypatch, 0, 1024 if stage == "sft" else 1)
+    remedy = "launch fewer processes" if stage == "sft" else "lower grpo.prompts_per_step"
+    with pytest.raises(ConfigError, match=f"but a training step needs at least 1024.*{remedy}"):
+        getattr(importlib.import_module(f"tasks.{stage}"), stage)(settings)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert {p: p.read_bytes() for p in settings.paths.sft_model.rglob("*") if p.is_file()} == (
+        model_files
+    )
+    assert (stage == "sft") == target.exists()  # the trained SFT model is the fixture's
+    assert not db.exists()  # no MLflow run was opened
