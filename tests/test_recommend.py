@@ -230,6 +230,13 @@ def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
         with urllib.request.urlopen(_post(port, null_row), timeout=60) as response:
             fallbacks = [row["fallback"] for row in json.loads(response.read())["predictions"]]
         assert fallbacks == [False, True]
+        # unknown ids are dropped and named per row; a row of only unknown ids falls back
+        unknown = {"dataframe_records": [{"history": ["i1", "nope", "i2"]}, {"history": ["x"]}]}
+        with urllib.request.urlopen(_post(port, unknown), timeout=60) as response:
+            known, only_unknown = json.loads(response.read())["predictions"]
+        assert known["unknown_items"] == ["nope"] and known["fallback"] is False
+        assert not {"i1", "i2"} & set(known["item_ids"])  # the known history stays excluded
+        assert only_unknown["unknown_items"] == ["x"] and only_unknown["fallback"] is True
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(_post(port, {**body, "params": {"k": -1}}), timeout=60)
         answer = json.loads(refused.value.read())
