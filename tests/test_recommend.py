@@ -249,3 +249,40 @@ def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_serving_bench_measures_the_served_champion(root: Path, tiny_project) -> None:
+    """`python -m bench.serving` (docs/benchmarks.md, Serving) against the tiny champion:
+    every request answered, the counts it was asked for, unknown ids named."""
+    overrides = tiny_project.overrides(register={"model_name": MODEL})
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.serving", "--requests", "8", "--clients", "2"),
+            *("--seconds", "2", "--threads", "1"),
+            *(a for o in overrides for a in ("--set", o)),
+        ],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = {
+        cells[0]: cells[1:]
+        for line in proc.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| requests")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    p50, p99, sent, errors = (float(v) for v in rows["1 user, sequential"][:4])
+    assert sent == 8 and errors == 0 and 0 < p50 <= p99
+    assert [float(v) for v in rows["64 users, sequential"][2:4]] == [2, 0]
+    load = rows["1 user, 2 clients for 2 s"]
+    assert float(load[2]) >= 1 and float(load[3]) == 0
+    assert f"models:/{MODEL}@champion" in proc.stdout
+    assert (
+        "unknown history items answered and named, popularity for an unknown-only history: True"
+        in proc.stdout
+    )
