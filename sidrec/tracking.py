@@ -53,8 +53,6 @@ MAX_PARAM_LENGTH = 6000
 """MLflow rejects longer parameter values; longer ones are cut (and marked) instead."""
 SERVER_TIMEOUT_S = (5.0, 30.0)
 """(connect, read) seconds :func:`require_server` gives the tracking server to answer."""
-_answered: set[str] = set()
-"""Tracking servers that answered in this process (checked once each)."""
 
 
 def tracking_uri() -> str:
@@ -66,9 +64,11 @@ def require_server(uri: str | None = None) -> None:
     is an http(s) server that does not answer; file and database URIs pass. MLflow itself
     retries a refused connection for about four minutes (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``)
     before it fails, so a stage would otherwise wait that long and then end on a bare client
-    error. Any HTTP answer counts as reachable (a proxy may not route ``/health``)."""
+    error. Any HTTP answer counts as reachable (a proxy may not route ``/health``). Asked at
+    every connection, not once per process: a long-lived worker's server may go away between
+    two flow runs (one request on loopback is a few milliseconds)."""
     uri = uri or tracking_uri()
-    if not uri.startswith(("http://", "https://")) or uri in _answered:
+    if not uri.startswith(("http://", "https://")):
         return
     import requests
 
@@ -76,7 +76,6 @@ def require_server(uri: str | None = None) -> None:
         requests.get(f"{uri.rstrip('/')}/health", timeout=SERVER_TIMEOUT_S)
     except requests.RequestException as exc:
         raise ServerUnreachable(uri, exc) from None
-    _answered.add(uri)
 
 
 class ServerUnreachable(SidrecError):

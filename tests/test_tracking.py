@@ -215,7 +215,7 @@ def test_an_unreachable_tracking_server_is_named_at_once(monkeypatch: pytest.Mon
         pytest.fail("the stage ran without its server")
 
 
-def test_a_server_that_answers_is_asked_once_and_file_stores_never() -> None:
+def test_a_server_that_answers_passes_and_file_stores_are_never_asked() -> None:
     import http.server
     import threading
 
@@ -239,7 +239,7 @@ def test_a_server_that_answers_is_asked_once_and_file_stores_never() -> None:
     finally:
         server.shutdown()
         server.server_close()
-    assert paths == ["/mlflow/health"]
+    assert paths == ["/mlflow/health"] * 2  # asked at every connection: it may go away
     require_server("sqlite:///nowhere/mlflow.db")  # no network, nothing to check
     require_server("file:///nowhere/mlruns")
 
