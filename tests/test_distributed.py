@@ -237,7 +237,6 @@ def test_sft_and_grpo_train_on_two_processes(prepared, synthetic_project, monkey
     from sidrec.tracking import pipeline_run
     from tasks.grpo import grpo_result
     from tasks.sft import sft_result
-    from tasks.shared.inputs import load_catalog_and_map, load_recommender
     from tasks.shared.launch import run_launched
 
     root = prepared.paths.data_dir.parent
@@ -267,24 +266,69 @@ def test_sft_and_grpo_train_on_two_processes(prepared, synthetic_project, monkey
     assert [s["rows"] for s in g["shards"]] == [4, 4]  # 2 steps x 2 of the 4 prompts a step
     assert g["shards"][0]["first_batch"] != g["shards"][1]["first_batch"]
 
-    # written once: one MLflow run per stage (under the pipeline's), one saved run config each
+    _written_once_and_recommends(settings, db, parent, processes=2)
+
+
+def _written_once_and_recommends(settings, db: Path, parent: str, *, processes: int) -> None:
+    """One MLflow run per stage (under the pipeline's), one saved run config each, metrics that
+    count the processes, no staging folder left; the GRPO model loads and recommends."""
+    from tasks.shared.inputs import load_catalog_and_map, load_recommender
+
+    root = settings.paths.data_dir.parent
     for stage in ("sft", "grpo"):
         (run,) = _stage_runs(db, stage)
         assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent
         assert "valid/ndcg_at_10" in run.data.metrics
         assert len(list((root / "runs").glob(f"*-{stage}/params.yaml"))) == 1
-        assert json.loads(settings.paths.metrics(stage).read_text())["processes"] == 2
+        assert json.loads(settings.paths.metrics(stage).read_text())["processes"] == processes
     assert not list(settings.paths.grpo_dir.glob(".*")) and not list(
         settings.paths.sft_dir.glob(".*")
     )
-
-    # the result loads and recommends catalog items
     items, sid_map = load_catalog_and_map(settings)
     recommender = load_recommender(
         settings, settings.paths.grpo_model, sid_map, items["item_id"].tolist(), missing_hint=""
     )
     ranking = recommender.rank([["i3", "i4", "i5"]], 5)
     assert len(ranking.items[0]) == 5 and all(0 <= i < len(items) for i in ranking.items[0])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", ["ddp.yaml", "deepspeed_zero2.yaml", "fsdp.yaml"])
+def test_sft_and_grpo_under_each_accelerate_config_on_the_gpus(
+    config, prepared, synthetic_project, monkeypatch
+):
+    """The gpu worker's launches (docs/operations.md, Multi-GPU training): sft and grpo under
+    each Accelerate config, one process per visible GPU. Skipped without CUDA; run it where a
+    GPU is lent (docs/operations.md, "The GPU checks")."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if config.startswith("deepspeed"):
+        pytest.importorskip("deepspeed")
+    from sidrec.tracking import pipeline_run
+    from tasks.grpo import grpo_result
+    from tasks.sft import sft_result
+    from tasks.shared.launch import run_launched
+
+    root = prepared.paths.data_dir.parent
+    db = root / "tracking" / "mlflow.db"
+    db.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    gpus = torch.cuda.device_count()
+    settings = synthetic_project.settings(
+        root,
+        sft=SFT,
+        grpo={**GRPO, "prompts_per_step": 4 * gpus},
+        orchestration={"accelerate_config": str(CONFIGS / config), "num_processes": gpus},
+    )
+    with pipeline_run(dataset="syn", params={}) as parent:
+        sft = sft_result(settings, run_launched(settings, "sft"))
+        grpo = grpo_result(settings, run_launched(settings, "grpo"))
+    assert sft.metrics["processes"] == gpus and grpo.metrics["processes"] == gpus
+    assert grpo.metrics["steps"] == GRPO["max_steps"]
+    _written_once_and_recommends(settings, db, parent, processes=gpus)
 
 
 @pytest.mark.parametrize("stage", ["sft", "grpo"])
