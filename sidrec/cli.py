@@ -144,12 +144,12 @@ def _lost_connection(exc: BaseException) -> bool:
 
     if not type(exc).__module__.startswith("mlflow"):
         return False
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (requests.ConnectionError, requests.Timeout)):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and all(link is not e for e in chain):  # a chain may loop
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return any(isinstance(e, (requests.ConnectionError, requests.Timeout)) for e in chain)
 
 
 @contextmanager
