@@ -170,6 +170,21 @@ def sidrec_env(work: Path) -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # the kernel picks a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """``free_port()``: a loopback port that nothing listens on (for a server a test starts,
+    or one that must not answer)."""
+    return _free_port
+
+
 @pytest.fixture(scope="session")
 def sidrec_subprocess_env() -> Callable[[Path], dict[str, str]]:
     """``sidrec_subprocess_env(work)``: see :func:`sidrec_env`."""

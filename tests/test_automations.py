@@ -220,14 +220,11 @@ def test_automations_need_a_prefect_server():
     assert result.exit_code == 1 and "set PREFECT_API_URL" in result.output
 
 
-def test_an_unreachable_prefect_api_is_a_clear_error(project, sidrec_subprocess_env):
-    import socket
+def test_an_unreachable_prefect_api_is_a_clear_error(project, sidrec_subprocess_env, free_port):
     import subprocess
     import sys
 
-    with socket.socket() as s:  # a free port that nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**sidrec_subprocess_env(project), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
     proc = subprocess.run(
         [sys.executable, "-m", "sidrec", "automations"],

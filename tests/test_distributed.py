@@ -234,25 +234,10 @@ def test_sft_and_grpo_train_on_two_processes(prepared, synthetic_project, monkey
     """The train-gpu deployment's path on 2 CPU processes (gloo): the flow's tasks launch
     `sidrec sft` and `sidrec grpo` with docker/accelerate/ddp.yaml; each process trains its
     own shard, the main process alone writes the model, the metrics and the MLflow run."""
-    from sidrec.tracking import pipeline_run
-    from tasks.grpo import grpo_result
-    from tasks.sft import sft_result
-    from tasks.shared.launch import run_launched
-
-    root = prepared.paths.data_dir.parent
-    db = root / "tracking" / "mlflow.db"
-    db.parent.mkdir()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")  # the launched processes' too
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two processes share the cores
-    settings = synthetic_project.settings(
-        root,
-        sft=SFT,
-        grpo=GRPO,
-        orchestration={"accelerate_config": str(CONFIGS / "ddp.yaml"), "num_processes": 2},
+    settings, db, parent, sft, grpo = _launch_sft_and_grpo(
+        prepared, synthetic_project, monkeypatch, "ddp.yaml", processes=2, grpo=GRPO
     )
-    with pipeline_run(dataset="syn", params={}) as parent:
-        sft = sft_result(settings, run_launched(settings, "sft"))
-        grpo = grpo_result(settings, run_launched(settings, "grpo"))
 
     # each process trained on its own half of the 60 windows + 120 alignment pairs (1 epoch):
     # sft.batch_size rows a step in all, 4 from each process; the last step is topped up
@@ -267,6 +252,31 @@ def test_sft_and_grpo_train_on_two_processes(prepared, synthetic_project, monkey
     assert g["shards"][0]["first_batch"] != g["shards"][1]["first_batch"]
 
     _written_once_and_recommends(settings, db, parent, processes=2)
+
+
+def _launch_sft_and_grpo(prepared, synthetic_project, monkeypatch, config, *, processes, grpo):
+    """sft, then grpo, each under ``accelerate launch`` with ``config`` on ``processes``
+    processes, inside one pipeline run whose MLflow store is a file of the project's
+    (the launched processes inherit it): (settings, db, parent run id, sft, grpo results)."""
+    from sidrec.tracking import pipeline_run
+    from tasks.grpo import grpo_result
+    from tasks.sft import sft_result
+    from tasks.shared.launch import run_launched
+
+    root = prepared.paths.data_dir.parent
+    db = root / "tracking" / "mlflow.db"
+    db.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    settings = synthetic_project.settings(
+        root,
+        sft=SFT,
+        grpo=grpo,
+        orchestration={"accelerate_config": str(CONFIGS / config), "num_processes": processes},
+    )
+    with pipeline_run(dataset="syn", params={}) as parent:
+        sft = sft_result(settings, run_launched(settings, "sft"))
+        grpo_done = grpo_result(settings, run_launched(settings, "grpo"))
+    return settings, db, parent, sft, grpo_done
 
 
 def _written_once_and_recommends(settings, db: Path, parent: str, *, processes: int) -> None:
@@ -307,25 +317,15 @@ def test_sft_and_grpo_under_each_accelerate_config_on_the_gpus(
         pytest.skip("needs a CUDA GPU")
     if config.startswith("deepspeed"):
         pytest.importorskip("deepspeed")
-    from sidrec.tracking import pipeline_run
-    from tasks.grpo import grpo_result
-    from tasks.sft import sft_result
-    from tasks.shared.launch import run_launched
-
-    root = prepared.paths.data_dir.parent
-    db = root / "tracking" / "mlflow.db"
-    db.parent.mkdir()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
     gpus = torch.cuda.device_count()
-    settings = synthetic_project.settings(
-        root,
-        sft=SFT,
+    settings, db, parent, sft, grpo = _launch_sft_and_grpo(
+        prepared,
+        synthetic_project,
+        monkeypatch,
+        config,
+        processes=gpus,
         grpo={**GRPO, "prompts_per_step": 4 * gpus},
-        orchestration={"accelerate_config": str(CONFIGS / config), "num_processes": gpus},
     )
-    with pipeline_run(dataset="syn", params={}) as parent:
-        sft = sft_result(settings, run_launched(settings, "sft"))
-        grpo = grpo_result(settings, run_launched(settings, "grpo"))
     assert sft.metrics["processes"] == gpus and grpo.metrics["processes"] == gpus
     assert grpo.metrics["steps"] == GRPO["max_steps"]
     _written_once_and_recommends(settings, db, parent, processes=gpus)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -171,12 +170,6 @@ def test_batch_recommend_flow(
     assert len(table) == 2 * len(users) and list(table.columns) == RECOMMENDATIONS.names
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _post(port: int, body: dict) -> urllib.request.Request:
     return urllib.request.Request(
         f"http://127.0.0.1:{port}/invocations",
@@ -186,10 +179,10 @@ def _post(port: int, body: dict) -> urllib.request.Request:
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_champion(root: Path, tiny_project) -> None:
+def test_mlflow_models_serve_champion(root: Path, tiny_project, free_port) -> None:
     """`mlflow models serve -m models:/<name>@champion` answers /invocations with top-K titles."""
     titles = tiny_project.titles
-    port = _free_port()
+    port = free_port()
     mlflow_cli = str(Path(sys.executable).with_name("mlflow"))
     serve = ["models", "serve", "-m", f"models:/{MODEL}@champion", "--env-manager", "local"]
     server = subprocess.Popen(

@@ -199,14 +199,10 @@ def test_trainer_callback_logs_into_the_stage_run(tmp_path: Path) -> None:
     assert _run(run.info.run_id).info.status == "FINISHED"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:  # a port that nothing listens on
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_an_unreachable_tracking_server_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    uri = f"http://127.0.0.1:{_free_port()}"
+def test_an_unreachable_tracking_server_is_named_at_once(
+    monkeypatch: pytest.MonkeyPatch, free_port
+) -> None:
+    uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     with (
         pytest.raises(ServerUnreachable, match=f"cannot reach the MLflow tracking server {uri}"),
@@ -245,9 +241,9 @@ def test_a_server_that_answers_passes_and_file_stores_are_never_asked() -> None:
 
 
 def test_the_cli_names_an_unreachable_tracking_server_and_exits_1(
-    project: Path, sidrec_subprocess_env
+    project: Path, sidrec_subprocess_env, free_port
 ) -> None:
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     env = {**sidrec_subprocess_env(project), "MLFLOW_TRACKING_URI": uri}
     env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)  # MLflow's own retries: about 4 minutes
     proc = subprocess.run(

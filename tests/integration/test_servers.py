@@ -14,7 +14,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -225,12 +224,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         procs.stop_all()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> str:
     proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (
@@ -279,7 +272,7 @@ def write_project(root: Path) -> tuple[Path, list[str]]:
 
 
 def test_retrain_manual_deployment_on_real_servers(
-    tmp_path: Path, databases: dict[str, str], processes: Processes
+    tmp_path: Path, databases: dict[str, str], processes: Processes, free_port
 ) -> None:
     from mlflow import MlflowClient
     from prefect.client.orchestration import get_client
