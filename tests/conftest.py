@@ -12,6 +12,8 @@
   (``sft_result``). Both are built once per session; each test gets its own copy.
 - ``sid_maps``: random SID maps (a hypothesis strategy).
 - ``amazon``: Amazon reviews files (2018 and 2023 formats).
+- ``s3_store``: an S3 API on a loopback port (moto's server) standing in for the compose
+  stack's MinIO, with its two buckets.
 """
 
 from __future__ import annotations
@@ -183,6 +185,67 @@ def free_port() -> Callable[[], int]:
     """``free_port()``: a loopback port that nothing listens on (for a server a test starts,
     or one that must not answer)."""
     return _free_port
+
+
+@dataclass(frozen=True)
+class S3Store:
+    """An S3 endpoint with the buckets `minio-init` creates (names from .env.example), and the
+    environment a client of it needs (the keys are any: the server checks none)."""
+
+    endpoint: str
+    buckets: dict[str, str]  # MLFLOW_BUCKET / DVC_BUCKET -> bucket name
+    env: dict[str, str]
+
+    def keys(self, bucket: str) -> list[str]:
+        """Every object key in ``bucket``."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+    def get(self, bucket: str, key: str) -> bytes:
+        """The bytes of one object."""
+        body: bytes = self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body
+
+    def client(self) -> Any:
+        """A boto3 S3 client of the store."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, **_S3_KEYS)
+
+
+_S3_KEYS = {
+    "aws_access_key_id": "sidrec",
+    "aws_secret_access_key": "not-checked",
+    "region_name": "us-east-1",
+}
+
+
+@pytest.fixture
+def s3_store() -> Iterator[S3Store]:
+    """moto's S3 server on a free loopback port for one test, with the stack's two buckets."""
+    from moto.server import ThreadedMotoServer
+
+    example = dict(
+        line.split("=", 1)
+        for line in (REPO / ".env.example").read_text().splitlines()
+        if "=" in line and not line.lstrip().startswith("#")
+    )
+    buckets = {name: example[name] for name in ("MLFLOW_BUCKET", "DVC_BUCKET")}
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        store = S3Store(endpoint=endpoint, buckets=buckets, env={
+            "AWS_ACCESS_KEY_ID": _S3_KEYS["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": _S3_KEYS["aws_secret_access_key"],
+            "AWS_DEFAULT_REGION": _S3_KEYS["region_name"],
+        })  # fmt: skip
+        for bucket in buckets.values():
+            store.client().create_bucket(Bucket=bucket)
+        yield store
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """The platform against real servers: ``mlflow server`` and ``prefect server start`` backed by
 the local PostgreSQL, process workers on the ``cpu`` and ``gpu`` pools, the deployments of
 ``prefect.yaml``, and one ``retrain-manual`` run triggered through the API on a tiny dataset
-(training goes through the ``train-gpu`` child deployment).
+(training goes through the ``train-gpu`` child deployment). MLflow keeps its artifacts in an S3
+bucket, as in the compose stack, on moto's S3 server standing in for MinIO (``s3_store``).
 
 Needs PostgreSQL on 127.0.0.1:5432 with trust auth for ``postgres`` (as on CI); the test makes
 its own databases and drops them, runs everything on free loopback ports, and leaves nothing
@@ -271,8 +272,31 @@ def write_project(root: Path) -> tuple[Path, list[str]]:
 # ---------------------------------------------------------------- the test
 
 
+def mlflow_artifact_store(endpoint: str, bucket: str) -> tuple[list[str], dict[str, str]]:
+    """The compose stack's MLflow artifact settings with MinIO's address and bucket replaced:
+    the server's ``--serve-artifacts --artifacts-destination=s3://…`` arguments and its
+    environment (MLFLOW_S3_ENDPOINT_URL; the keys come with the store)."""
+    import yaml
+
+    service = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["mlflow"]
+    args = [
+        arg.replace("${MLFLOW_BUCKET:-mlflow}", bucket)
+        for arg in service["command"]
+        if arg == "--serve-artifacts" or arg.startswith("--artifacts-destination=")
+    ]
+    assert len(args) == 2 and f"=s3://{bucket}/" in args[1], service["command"]
+    minio = service["environment"]["MLFLOW_S3_ENDPOINT_URL"]
+    assert minio == "http://minio:9000", minio
+    return args, {"MLFLOW_S3_ENDPOINT_URL": endpoint}
+
+
 def test_retrain_manual_deployment_on_real_servers(
-    tmp_path: Path, databases: dict[str, str], processes: Processes, free_port
+    tmp_path: Path,
+    databases: dict[str, str],
+    processes: Processes,
+    free_port,
+    s3_store,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from mlflow import MlflowClient
     from prefect.client.orchestration import get_client
@@ -306,15 +330,19 @@ def test_retrain_manual_deployment_on_real_servers(
         {**env, "PREFECT_API_DATABASE_CONNECTION_URL": prefect_db},
         tmp_path,
     )  # fmt: skip
+    # artifacts as in the stack: the server alone talks to the object store (the S3 API on
+    # loopback standing in for MinIO); the workers and this test upload and download through it
+    mlflow_bucket = s3_store.buckets["MLFLOW_BUCKET"]
+    artifact_args, artifact_env = mlflow_artifact_store(s3_store.endpoint, mlflow_bucket)
     processes.start(
         "mlflow-server",
         [
             str(BIN / "mlflow"), "server",
             "--backend-store-uri", f"postgresql://{pg}/{databases['mlflow']}",
-            "--artifacts-destination", str(tmp_path / "mlartifacts"),
+            *artifact_args,
             "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
         ],
-        env,
+        {**env, **s3_store.env, **artifact_env},
         tmp_path,
     )  # fmt: skip
     processes.wait_http("prefect-server", f"{api}/health")
@@ -385,3 +413,13 @@ def test_retrain_manual_deployment_on_real_servers(
     champion = mlflow_client.get_model_version_by_alias(name, "champion")
     assert champion.version == versions[0].version
     assert (tmp_path / "project" / "metrics" / "register.json").exists()
+    # the champion's files are in the bucket, and come back through the server byte for byte
+    import mlflow
+
+    stored = [key for key in s3_store.keys(mlflow_bucket) if key.endswith("/MLmodel")]
+    assert stored and all(key.startswith("artifacts/") for key in stored), stored
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)  # models:/ resolves in the default registry
+    uri = f"models:/{name}@champion"
+    local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "champion")))
+    objects = [s3_store.get(mlflow_bucket, key) for key in stored]
+    assert (local / "MLmodel").read_bytes() in objects
