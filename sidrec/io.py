@@ -3,13 +3,22 @@
 Every stage writes through :class:`AtomicOutputs`: files go to temporary names beside their
 targets and are renamed into place only when the whole stage has succeeded, so a failed
 run never leaves a half-written artifact or replaces a good one.
+
+A process killed while it writes (SIGKILL, a lost machine) cannot remove its temporary files.
+Their names say whose they are (``.<target>.<pid>-<start>-<host>.<random>.tmp``, see
+sidrec/process.py), and the next write of the same target on the same host removes those of
+writers that no longer run; a live writer's are never touched. `.dvcignore` keeps them out of
+the DVC outputs they sit in meanwhile.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -21,7 +30,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sidrec import process
 from sidrec.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 def _process_umask() -> int:
@@ -42,11 +54,51 @@ def open_mode(path: Path) -> None:
     path.chmod((0o777 if path.is_dir() else 0o666) & ~UMASK)
 
 
+_HOST_TAG = hashlib.sha256(process.host().encode()).hexdigest()[:8]
+_OWNED = re.compile(r"(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{8})\.[^.]+")
+"""What follows ``.<target>.`` in a staged name, before ``.tmp``: the writer, then mkstemp's
+random part (letters, digits, underscores)."""
+
+
+def _staging_prefix(target: Path) -> str:
+    """The prefix of a temporary name for ``target`` in its folder (created if missing), naming
+    this process; leftovers of dead writers of ``target`` go first (module doc)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(target)
+    start = round(process.started() * 100)  # centiseconds: the kernel's resolution
+    return f".{target.name}.{os.getpid()}-{start}-{_HOST_TAG}."
+
+
+def remove_leftovers(target: Path) -> list[Path]:
+    """Delete the temporary files and folders of ``target`` that writers on this host left
+    when they were killed (their process is gone); returns what was deleted."""
+    prefix = f".{target.name}."
+    removed = []
+    for entry in target.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        owner = _OWNED.fullmatch(entry.name[len(prefix) : -len(".tmp")])
+        if owner is None or owner["host"] != _HOST_TAG:
+            continue  # not staged by this module, or another host's: its process is unknown
+        if process.alive(int(owner["pid"]), int(owner["start"]) / 100, tolerance=0.011):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    if removed:
+        log.warning(
+            "removed %d leftover(s) of killed writers of %s: %s",
+            len(removed),
+            target,
+            ", ".join(p.name for p in removed),
+        )
+    return removed
+
+
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it over ``target`` on success."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_staging_prefix(target), suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -93,8 +145,7 @@ class AtomicOutputs:
                     tmp.unlink(missing_ok=True)
 
     def stage(self, target: Path, write: Callable[[Path], None]) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_staging_prefix(target), suffix=".tmp", dir=target.parent)
         os.close(fd)
         self._staged.append((Path(tmp), target))
         write(Path(tmp))
@@ -102,8 +153,8 @@ class AtomicOutputs:
     def folder(self, target: Path, write: Callable[[Path], None]) -> None:
         """Stage a whole folder: ``write`` fills an empty temporary folder beside ``target``,
         which replaces ``target`` (and everything in it) on success."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        prefix = _staging_prefix(target)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent))
         self._staged.append((tmp, target))
         write(tmp)
 

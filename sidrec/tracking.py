@@ -33,13 +33,13 @@ import gc
 import logging
 import os
 import signal
-import socket
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sidrec import process
 from sidrec.errors import SidrecError
 
 if TYPE_CHECKING:
@@ -125,21 +125,14 @@ def raise_on_sigterm() -> None:
 
 def process_tags() -> dict[str, str]:
     """Which process on which host created a run (see the module doc)."""
-    import psutil
-
-    return {
-        "sidrec.host": socket.gethostname(),
-        "sidrec.pid": str(os.getpid()),
-        "sidrec.pid_started": repr(psutil.Process().create_time()),
-    }
+    name, pid, start = process.current()
+    return {"sidrec.host": name, "sidrec.pid": str(pid), "sidrec.pid_started": repr(start)}
 
 
 def _process_alive(pid: str, started: str) -> bool:
-    import psutil
-
     try:
-        return abs(psutil.Process(int(pid)).create_time() - float(started)) < 1e-3
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return process.alive(int(pid), float(started))
+    except ValueError:  # a tag that is not a number: no process of ours wrote it
         return False
 
 
@@ -154,7 +147,7 @@ def end_orphaned_runs(dataset: str) -> list[str]:
     if experiment is None:
         return []
     client = MlflowClient()
-    host = socket.gethostname().replace("'", "")
+    host = process.host().replace("'", "")
     runs = client.search_runs(
         [experiment.experiment_id],
         filter_string=f"attributes.status = 'RUNNING' and tags.`sidrec.host` = '{host}'",

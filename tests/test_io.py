@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import stat
 
 import pandas as pd
@@ -94,3 +95,125 @@ def test_read_table_checks_schema(tmp_path):
     (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match="not a readable Parquet"):
         read_table(tmp_path / "junk.parquet", INTERACTIONS, "interactions")
+
+
+# ---------------------------------------------------------------- writers killed mid-write
+
+KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from sidrec.io import AtomicOutputs
+
+target = Path(sys.argv[1])
+
+
+def half_write(tmp):
+    if tmp.is_dir():
+        (tmp / "weights.bin").write_bytes(b"half")
+    else:
+        tmp.write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGKILL)  # as a lost machine: no cleanup runs
+
+
+with AtomicOutputs() as out:
+    (out.folder if sys.argv[2] == "folder" else out.stage)(target, half_write)
+"""
+
+
+def _kill_mid_write(target, kind):
+    """Run a process that stages ``target`` (a file or a folder), writes half of it and is
+    killed with SIGKILL; returns what it left beside the target."""
+    import signal
+    import subprocess
+    import sys
+
+    before = set(target.parent.iterdir()) if target.parent.exists() else set()
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(target), kind], capture_output=True, check=False
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    return sorted(set(target.parent.iterdir()) - before)
+
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_killed_writers_leftover_goes_at_the_next_write_and_the_target_stays_whole(
+    tmp_path, kind, caplog
+):
+    target = tmp_path / "out" / ("sid_map.json" if kind == "file" else "model")
+    if kind == "file":
+        atomic_write_json(target, {"old": True})
+    else:
+        with AtomicOutputs() as out:
+            out.folder(target, lambda tmp: (tmp / "weights.bin").write_bytes(b"old"))
+    (left,) = _kill_mid_write(target, kind)
+    assert left.name.startswith(f".{target.name}.") and left.name.endswith(".tmp")
+    assert (target.read_text() if kind == "file" else (target / "weights.bin").read_text()) in (
+        '{\n  "old": true\n}\n',
+        "old",
+    )  # the target is the previous whole output
+
+    with caplog.at_level("WARNING", logger="sidrec.io"):
+        if kind == "file":
+            atomic_write_json(target, {"new": True})
+        else:
+            with AtomicOutputs() as out:
+                out.folder(target, lambda tmp: (tmp / "weights.bin").write_bytes(b"new"))
+    assert sorted(target.parent.iterdir()) == [target]
+    assert f"removed 1 leftover(s) of killed writers of {target}: {left.name}" in caplog.text
+
+
+def test_leftovers_of_live_writers_other_hosts_and_other_targets_stay(tmp_path):
+    from sidrec import process
+    from sidrec.io import remove_leftovers
+
+    target = tmp_path / "items.parquet"
+    _, pid, start = process.current()
+    tag = sidrec.io._HOST_TAG
+    elsewhere = "0" * 8 if tag != "0" * 8 else "1" * 8
+    cs = round(start * 100)
+    keep = [
+        f".items.parquet.{pid}-{cs}-{tag}.abc_12.tmp",  # this process: alive
+        f".items.parquet.{pid}-{cs}-{elsewhere}.abc.tmp",  # another host's
+        ".items.parquet.x7q2.tmp",  # no writer in the name
+        f".items.parquet.bak.{pid}-{cs - 500}-{tag}.abc.tmp",  # another target's
+        f".other.parquet.{pid}-{cs - 500}-{tag}.abc.tmp",
+    ]
+    gone = [
+        f".items.parquet.{pid}-{cs - 500}-{tag}.abc.tmp",  # this pid, but started 5 s earlier
+        f".items.parquet.999999999-{cs}-{tag}.d_e.tmp",  # no such process
+    ]
+    for name in keep + gone:
+        (tmp_path / name).write_bytes(b"x")
+    removed = remove_leftovers(target)
+    assert sorted(p.name for p in removed) == sorted(gone)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
+
+
+def test_dvc_ignores_a_leftover_inside_a_tracked_folder(tmp_path):
+    """The repo's .dvcignore: a killed writer's leftover in a folder output (data/sids/<ds>,
+    data/validated/<ds>) does not change that output for DVC (status, commit, push)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    dvc = str(Path(sys.executable).parent / "dvc")
+    shutil.copy(repo / ".dvcignore", tmp_path / ".dvcignore")
+    folder = tmp_path / "data" / "sids" / "ml"
+    atomic_write_json(folder / "sid_map.json", {"i1": [1, 2]})
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+    def run(*args):
+        proc = subprocess.run(
+            [dvc, *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    run("init", "--no-scm", "-q")
+    run("add", "data/sids/ml")
+    (left,) = _kill_mid_write(folder / "sid_map.json", "file")
+    assert left.parent == folder
+    assert json.loads(run("status", "--json")) == {}
