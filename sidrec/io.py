@@ -78,7 +78,7 @@ def remove_leftovers(target: Path) -> list[Path]:
         owner = _OWNED.fullmatch(entry.name[len(prefix) : -len(".tmp")])
         if owner is None or owner["host"] != _HOST_TAG:
             continue  # not staged by this module, or another host's: its process is unknown
-        if process.alive(int(owner["pid"]), int(owner["start"]) / 100, tolerance=0.011):
+        if process.alive(int(owner["pid"]), int(owner["start"]) / 100):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)

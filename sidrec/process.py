@@ -23,13 +23,22 @@ def started(pid: int | None = None) -> float:
     return float(psutil.Process(pid).create_time())
 
 
-def alive(pid: int, start: float, tolerance: float = 1e-3) -> bool:
+START_TOLERANCE_S = 2.0
+"""How far two readings of one process's start time may differ. psutil adds the process's
+start, counted from boot, to the boot time the kernel derives from the wall clock in whole
+seconds; NTP's adjustments can move that by a second between two readings. A reused pid
+belongs to a process started after the pid space wrapped, far later. (A manual clock step of
+more than this makes every process look gone: runs and staging files would then be swept as
+orphans; do not step a clock under a running pipeline.)"""
+
+
+def alive(pid: int, start: float) -> bool:
     """Whether process ``pid`` of this host, started at ``start``, still runs (a pid now held
     by a process started at another time is a different process)."""
     import psutil
 
     try:
-        return abs(psutil.Process(pid).create_time() - start) <= tolerance
+        return abs(psutil.Process(pid).create_time() - start) <= START_TOLERANCE_S
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False
 
