@@ -126,8 +126,10 @@ def build_tiny(
     intermediate_size: int,
     max_length: int,
     seed: int,
+    tie_embeddings: bool = True,
 ) -> Any:
-    """A compact Qwen2 decoder sized to ``tokenizer`` (random init, seeded)."""
+    """A compact Qwen2 decoder sized to ``tokenizer`` (random init, seeded); with
+    ``tie_embeddings`` its output layer is the token embedding matrix."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -140,7 +142,7 @@ def build_tiny(
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         max_position_embeddings=max_length,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -281,6 +281,9 @@ class TinyModelConfig(_Section):
     intermediate_size: int = Field(256, ge=8)
     vocab_size: int = Field(2000, ge=300)
     """Text vocabulary of the trained tokenizer (SID tokens come on top)."""
+    tie_embeddings: bool = True
+    """The output layer shares the token embeddings' weights (false: a separate output layer,
+    vocabulary x hidden_size more parameters)."""
 
     @model_validator(mode="after")
     def _attention_shape(self) -> TinyModelConfig:

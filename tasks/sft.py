@@ -117,6 +117,7 @@ def build_model_and_tokenizer(
             intermediate_size=t.intermediate_size,
             max_length=cfg.max_length,
             seed=settings.project.seed,
+            tie_embeddings=t.tie_embeddings,
         )
         return model, tokenizer
     model, tokenizer = load_pretrained(cfg.preset, cfg.name_or_path)

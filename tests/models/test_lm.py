@@ -74,3 +74,26 @@ def test_under_lora_the_whole_branch_output_is_dropped_delta_included(decoder):
     wrapped.eval()
     wrapped(TOKENS)
     assert torch.count_nonzero(seen[-1]) > 0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_tiny_decoder_ties_its_output_layer_only_when_asked(tied, tmp_path):
+    from models.lm import add_sid_tokens, build_tiny, load_model_dir, train_tokenizer
+
+    tokenizer = train_tokenizer(["The user interacted with"] * 5, 300)
+    add_sid_tokens(tokenizer, 2, 4)
+    model = build_tiny(
+        tokenizer, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
+        max_length=64, seed=0, tie_embeddings=tied,
+    )  # fmt: skip
+    inputs, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    assert (inputs.data_ptr() == outputs.data_ptr()) is tied
+    body = model.num_parameters() - len(tokenizer) * 32 * (1 if tied else 2)
+    assert body == sum(p.numel() for p in model.model.layers.parameters()) + 32  # + final norm
+    # saved and loaded, the model keeps its own head (or its tie)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, _ = load_model_dir(tmp_path)
+    head = loaded.get_output_embeddings().weight
+    assert (loaded.get_input_embeddings().weight.data_ptr() == head.data_ptr()) is tied
+    assert torch.equal(head, outputs)
