@@ -22,6 +22,7 @@ import contextlib
 import datetime as dt
 import gzip
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -232,6 +233,7 @@ def s3_store() -> Iterator[S3Store]:
     )
     buckets = {name: example[name] for name in ("MLFLOW_BUCKET", "DVC_BUCKET")}
     port = _free_port()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request in reports
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
