@@ -5,7 +5,7 @@ targets and are renamed into place only when the whole stage has succeeded, so a
 run never leaves a half-written artifact or replaces a good one.
 
 A process killed while it writes (SIGKILL, a lost machine) cannot remove its temporary files.
-Their names say whose they are (``.<target>.<pid>-<start>-<host>.<random>.tmp``, see
+Their names say whose they are (``.<target>.<pid>-<start>-<host hash>.<random>.tmp``, see
 sidrec/process.py), and the next write of the same target on the same host removes those of
 writers that no longer run; a live writer's are never touched. `.dvcignore` keeps them out of
 the DVC outputs they sit in meanwhile.
