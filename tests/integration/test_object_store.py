@@ -50,6 +50,7 @@ def _dvc_env(tmp_path: Path, name: str, store_env: dict[str, str]) -> tuple[dict
     system = tmp_path / f"{name}-system"
     system.mkdir()
     env = {**os.environ, **store_env, "DVC_SYSTEM_CONFIG_DIR": str(system)}
+    env["DVC_NO_ANALYTICS"] = "1"  # a fresh `dvc init` would otherwise report usage online
     env["DVC_GLOBAL_CONFIG_DIR"] = str(tmp_path / f"{name}-global")
     return env, system
 
