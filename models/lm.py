@@ -15,14 +15,13 @@ import copy
 import importlib.util
 import logging
 import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from models.sid import level_token
 from sidrec.errors import ConfigError, InputError
-from sidrec.io import replace_dir
+from sidrec.io import replace_dir, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +221,7 @@ def save_model_dir(
             raise ValueError("a gathered state_dict cannot be merged with a peft adapter")
         model = copy.deepcopy(model).merge_and_unload()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging = staging_dir(target)
     try:
         model.save_pretrained(staging, state_dict=state_dict)
         tokenizer.save_pretrained(staging)

@@ -13,6 +13,8 @@ the DVC outputs they sit in meanwhile.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import glob
 import hashlib
 import json
@@ -153,8 +155,7 @@ class AtomicOutputs:
     def folder(self, target: Path, write: Callable[[Path], None]) -> None:
         """Stage a whole folder: ``write`` fills an empty temporary folder beside ``target``,
         which replaces ``target`` (and everything in it) on success."""
-        prefix = _staging_prefix(target)
-        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent))
+        tmp = staging_dir(target)
         self._staged.append((tmp, target))
         write(tmp)
 
@@ -175,16 +176,70 @@ class AtomicOutputs:
         self.stage(target, write)
 
 
+def staging_dir(target: Path) -> Path:
+    """An empty folder beside ``target`` to build its replacement in (see :func:`replace_dir`),
+    named for this process like every staged output, so a killed writer's is swept later."""
+    return Path(tempfile.mkdtemp(prefix=_staging_prefix(target), suffix=".tmp", dir=target.parent))
+
+
 def replace_dir(source: Path, target: Path) -> None:
-    """Move the complete folder ``source`` to ``target``, replacing what was there (the old
-    folder is moved aside first, so ``target`` is never half-written)."""
+    """Move the complete folder ``source`` to ``target``, replacing what was there.
+
+    Where the kernel and filesystem can (Linux ``renameat2`` with ``RENAME_EXCHANGE``: ext4,
+    xfs, btrfs, tmpfs, overlayfs) the two are swapped in one step, so a reader or a process
+    killed at any moment finds ``target`` whole, old or new, never missing; the old folder,
+    now at ``source``, is deleted after. Elsewhere the old folder is first moved aside, which
+    leaves ``target`` missing for the microseconds between two renames."""
     open_mode(source)
+    try:
+        if _exchange(source, target):
+            shutil.rmtree(source, ignore_errors=True)
+            return
+    except FileNotFoundError:
+        if not source.exists():
+            raise
+        source.rename(target)  # nothing to replace (or it went meanwhile)
+        return
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():
         target.rename(old)
     source.rename(target)
     shutil.rmtree(old, ignore_errors=True)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_CANNOT_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM}
+"""Errors that say this kernel or filesystem cannot swap these two paths (not that they are
+wrong): the caller falls back to two renames."""
+
+
+def _libc_renameat2() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28, musl >= 1.2.4
+    except (AttributeError, OSError):
+        return None
+    path, dirfd = ctypes.c_char_p, ctypes.c_int
+    function.argtypes = [dirfd, path, dirfd, path, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _libc_renameat2()
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths atomically; False where that cannot be done here.
+    FileNotFoundError when either is missing."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _CANNOT_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
 def dumps(obj: Any) -> str:

@@ -59,6 +59,77 @@ def test_a_staged_folder_replaces_the_old_one_whole_or_not_at_all(tmp_path):
     assert [p.name for p in folder.iterdir()] == ["new.bin"]  # nothing of the old folder left
 
 
+def _folder(path, content):
+    path.mkdir()
+    (path / "w.bin").write_text(content)
+    return path
+
+
+@pytest.fixture
+def exchanges(tmp_path):
+    """Skip where this filesystem (or libc) cannot swap two folders in one step."""
+    a, b = _folder(tmp_path / "probe-a", "a"), _folder(tmp_path / "probe-b", "b")
+    if not sidrec.io._exchange(a, b):
+        pytest.skip("renameat2(RENAME_EXCHANGE) is not available here")
+    assert (a / "w.bin").read_text() == "b"
+    for p in (a, b):
+        (p / "w.bin").unlink()
+        p.rmdir()
+
+
+def test_a_process_killed_inside_replace_dir_leaves_the_target_whole(
+    tmp_path, exchanges, monkeypatch
+):
+    """The first filesystem step already publishes the new folder: a kill right after it (here
+    an interrupt in the clean-up that follows) leaves the new target, never a missing one."""
+    target = _folder(tmp_path / "model", "old")
+    staged = _folder(tmp_path / ".model.staged", "new")
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sidrec.io.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        replace_dir(staged, target)
+    assert (target / "w.bin").read_text() == "new"
+    assert (staged / "w.bin").read_text() == "old"  # the old folder, for the clean-up to delete
+
+
+def test_a_reader_never_finds_a_replaced_folder_missing(tmp_path, exchanges):
+    import threading
+
+    target = _folder(tmp_path / "model", "0")
+    seen, missing, done = set(), [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            try:
+                seen.add((target / "w.bin").read_text())
+            except FileNotFoundError as exc:
+                missing.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(1, 201):
+            replace_dir(_folder(tmp_path / f".model.{i}", str(i)), target)
+    finally:
+        done.set()
+        reader.join()
+    assert missing == []
+    assert (target / "w.bin").read_text() == "200" and len(seen) > 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_replace_dir_publishes_a_folder_where_there_was_none(tmp_path):
+    replace_dir(_folder(tmp_path / ".staged", "new"), tmp_path / "model")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert (tmp_path / "model" / "w.bin").read_text() == "new"
+    with pytest.raises(FileNotFoundError):
+        replace_dir(tmp_path / ".gone", tmp_path / "model")
+    assert (tmp_path / "model" / "w.bin").read_text() == "new"
+
+
 def test_published_outputs_are_readable_by_other_users_as_the_umask_allows(tmp_path, monkeypatch):
     """Staging goes through mkstemp/mkdtemp (owner-only); published outputs get open()'s mode."""
     monkeypatch.setattr(sidrec.io, "UMASK", 0o022)
@@ -115,6 +186,15 @@ def half_write(tmp):
     os.kill(os.getpid(), signal.SIGKILL)  # as a lost machine: no cleanup runs
 
 
+class Saved:  # a model or tokenizer whose save_pretrained dies half-way
+    def save_pretrained(self, path, state_dict=None):
+        half_write(Path(path))
+
+
+if sys.argv[2] == "model":
+    from models.lm import save_model_dir
+
+    save_model_dir(Saved(), Saved(), target)
 with AtomicOutputs() as out:
     (out.folder if sys.argv[2] == "folder" else out.stage)(target, half_write)
 """
@@ -135,7 +215,7 @@ def _kill_mid_write(target, kind):
     return sorted(set(target.parent.iterdir()) - before)
 
 
-@pytest.mark.parametrize("kind", ["file", "folder"])
+@pytest.mark.parametrize("kind", ["file", "folder", "model"])
 def test_a_killed_writers_leftover_goes_at_the_next_write_and_the_target_stays_whole(
     tmp_path, kind, caplog
 ):
