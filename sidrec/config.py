@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -194,7 +195,7 @@ class RQKMeansConfig(_Section):
 class RQVAESection(_Section):
     """RQ-VAE options (MiniOneRec / LC-Rec defaults scaled to CPU)."""
 
-    hidden_dims: tuple[int, ...] = (512, 256, 128)
+    hidden_dims: tuple[PositiveInt, ...] = (512, 256, 128)
     code_dim: int = Field(32, ge=1)
     beta: float = Field(0.25, ge=0)
     """Commitment weight of the VQ loss."""
@@ -235,6 +236,17 @@ class SidsConfig(_Section):
     """Imported maps with colliding SIDs fail unless this is true (then a level is appended)."""
     rqvae: RQVAESection = RQVAESection()
     rqkmeans: RQKMeansConfig = RQKMeansConfig()
+
+    @model_validator(mode="after")
+    def _one_source_of_codes(self) -> SidsConfig:
+        if self.incremental and self.import_index is not None:
+            raise ValueError(
+                "sids.incremental=true and sids.import_index name two sources of SIDs: an "
+                "import replaces the whole map, an incremental run keeps it; set one of them "
+                "(the retrain-weekly deployment sets sids.incremental=true: with imported SIDs, "
+                "drop that from its overrides in prefect.yaml)"
+            )
+        return self
 
 
 class SasrecConfig(_Section):

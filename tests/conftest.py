@@ -380,8 +380,10 @@ def _write_embeddings(settings: Settings, emb: Any, item_ids: list[str]) -> None
     atomic_write_json(
         settings.paths.item_emb_manifest,
         {
-            "items": len(item_ids),
+            "encoder": settings.embed.encoder,
             "dim": int(np.shape(emb)[1]),
+            "template": settings.embed.template,
+            "items": len(item_ids),
             "item_ids_sha256": catalog_fingerprint(item_ids),
         },
     )

@@ -52,6 +52,7 @@ def test_apply_overrides_does_not_mutate_input():
             "sids.embedding: Input should be 'text', 'collaborative' or 'hybrid' (got 'graph')",
         ),
         ("sids.collaborative_dim=0", "sids.collaborative_dim: Input should be greater than"),
+        ("sids.rqvae.hidden_dims=[64, 0]", "sids.rqvae.hidden_dims.1: Input should be greater"),
         ("ingest.source=csv", "source 'csv' needs ingest.interactions, ingest.items"),
         ("split.ratios=[0.5, 0.5, 0.5]", "ratios must be three positive numbers summing to 1"),
         (
@@ -83,6 +84,12 @@ def test_a_rating_filter_on_a_source_without_ratings_is_refused(project):
     with pytest.raises(ConfigError, match=r"ingest: min_rating=4.0 but MiniOneRec files carry"):
         load_settings("params.yaml", [*folder, "ingest.min_rating=4"])
     load_settings("params.yaml", folder)
+
+
+def test_an_incremental_run_cannot_also_import_sids(project):
+    with pytest.raises(ConfigError, match=r"sids: sids.incremental=true and sids.import_index"):
+        load_settings("params.yaml", ["sids.incremental=true", "sids.import_index=x.index.json"])
+    load_settings("params.yaml", ["sids.import_index=x.index.json"])
 
 
 def test_a_teacher_share_without_the_teacher_is_refused(project):

@@ -254,3 +254,53 @@ def test_grpo_fingerprints_sasrec_where_it_reads_it(tmp_path, overrides, reads):
     model.mkdir(parents=True)
     (model / "model.safetensors").write_bytes(b"weights")
     assert (model / "model.safetensors" in stage_inputs("grpo", settings)) == reads
+
+
+COMPUTATION = ("models", "tasks", "sidrec/sources", "sidrec/protocol.py")
+"""The code that decides what a stage writes; the rest of `sidrec/` (settings, file I/O,
+tracking, orchestration) runs it without changing its results."""
+
+
+def _project_imports(module: Path) -> set[Path]:
+    """The repository files ``module`` imports (``from x.y import z`` or ``import x.y``), as
+    paths: ``x/y.py`` or ``x/y/__init__.py``, and ``x/y/z.py`` where z is a module."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            base = REPO / Path(*name.split("."))
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file():
+                    found.add(candidate)
+    return found
+
+
+def test_dvc_deps_hold_the_code_each_stage_runs():
+    """A change to any module a stage's computation imports (transitively) re-runs the stage
+    under `dvc repro`, as it does under Prefect's cache, which keys on all project code."""
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    computation = [REPO / c for c in COMPUTATION]
+
+    def computes(module: Path) -> bool:
+        return any(module == c or c in module.parents for c in computation)
+
+    missing = {}
+    for stage in STAGES:
+        deps = [REPO / d for d in dvc[stage]["deps"] if "${" not in d]
+        todo, seen = [REPO / "tasks" / f"{stage}.py"], set()
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(m for m in _project_imports(module) if computes(m))
+        for module in sorted(seen):
+            if not any(module == d or d in module.parents for d in deps):
+                missing.setdefault(stage, []).append(str(module.relative_to(REPO)))
+    assert missing == {}

@@ -136,6 +136,28 @@ def test_incremental_refuses_other_quantizer_keys(catalog, sids_settings, files_
     assert files_under("data") == kept
 
 
+@pytest.mark.parametrize(
+    ("key", "value"), [("encoder", "paraphrase-other-encoder"), ("template", "{title}!")]
+)
+def test_incremental_refuses_text_embeddings_of_another_encoder_or_template(
+    catalog, sids_settings, files_under, key, value
+):
+    """Same width, another vector space: new items would be coded in a space the quantizer
+    never saw (the saved quantizer records the embed stage's encoder and template)."""
+    settings = sids_settings()
+    sids(settings)
+    manifest = json.loads(settings.paths.item_emb_manifest.read_text())
+    assert manifest[key] != value
+    settings.paths.item_emb_manifest.write_text(json.dumps({**manifest, key: value}))
+    kept = files_under("data/sids")
+    with pytest.raises(InputError) as err:
+        sids(sids_settings(incremental=True))
+    assert f"'{key}': {value!r}" in str(err.value) and "(or embed) keys back" in str(err.value)
+    assert files_under("data/sids") == kept
+    settings.paths.item_emb_manifest.write_text(json.dumps(manifest))
+    assert sids(sids_settings(incremental=True)).metrics["new_items"] == 0
+
+
 def test_import_with_collisions_fails_unless_resolution_is_asked(
     project, catalog, tmp_path, sids_settings
 ):
@@ -299,6 +321,44 @@ def test_hybrid_sids_code_cold_items_from_text_then_extend_incrementally(
         sids(cold_catalog(embedding="text", incremental=True))
     with pytest.raises(InputError, match="rebuild the map"):
         sids(cold_catalog(embedding="hybrid", collaborative_weight=2.0, incremental=True))
+
+
+def test_collaborative_extension_needs_factors_for_new_items_only(project, synthetic_project):
+    """An item of the map whose users all left the train split keeps its SID; only items the
+    run codes (new ones) must have interactions."""
+    syn = synthetic_project
+    settings = syn.settings(project, sids={"embedding": "collaborative", "collaborative_dim": 8})
+    syn.write(settings)
+    sids(settings)
+    before = read_sid_map(settings.paths.sid_map)
+    train = pd.read_parquet(settings.paths.split("train"))
+    had = train["target"].eq("i0") | train["history"].map(lambda h: "i0" in list(h))
+    left = train["user_id"].isin(set(train.loc[had, "user_id"]))
+    train.loc[left, "user_id"] = "gone-" + train.loc[left, "user_id"]  # users the basis never saw
+    with AtomicOutputs() as out:
+        out.parquet(train, settings.paths.split("train"))
+    extend = syn.settings(
+        project, sids={"embedding": "collaborative", "collaborative_dim": 8, "incremental": True}
+    )
+    result = sids(extend)
+    assert read_sid_map(settings.paths.sid_map) == before and result.metrics["new_items"] == 0
+
+
+def test_interaction_pairs_are_the_distinct_pairs_of_targets_and_histories():
+    from tasks.shared.embeddings import interaction_pairs
+
+    train = pd.DataFrame(
+        {
+            "user_id": ["u1", "u1", "u1", "u2", "u2"],
+            "history": [[], ["a"], ["a", "b"], ["c"], ["c", "a"]],
+            "target": ["a", "b", "c", "a", "d"],
+        }
+    )
+    expected = {("u1", "a"), ("u1", "b"), ("u1", "c"), ("u2", "c"), ("u2", "a"), ("u2", "d")}
+    for chunk in (2, 20_000):  # repeats across chunks go too
+        users, items = interaction_pairs(train, rows_per_chunk=chunk)
+        assert len(users) == len(expected) and set(zip(users, items, strict=True)) == expected
+    assert interaction_pairs(train.iloc[:0]) == ([], [])
 
 
 def test_an_index_missing_catalog_items_is_refused_by_name(

@@ -11,8 +11,10 @@ import numpy as np
 import pandas as pd
 
 from models.item_factors import CollaborativeBasis, ItemFactors, fit_item_factors, fold_in
-from sidrec.config import Settings, SidsConfig
+from models.sid import read_sid_map
+from sidrec.config import Settings
 from sidrec.errors import ConfigError, InputError
+from sidrec.io import read_json
 from sidrec.protocol import catalog_fingerprint
 from tasks.shared.inputs import read_split
 
@@ -65,13 +67,22 @@ class ItemEmbeddings(NamedTuple):
     """Catalog items without train interactions (None for ``text``: the split is not read)."""
 
 
-def embedding_recipe(cfg: SidsConfig) -> dict[str, Any]:
-    """The settings that decide how items are embedded (compared in incremental mode)."""
+def embedding_recipe(settings: Settings) -> dict[str, Any]:
+    """What decides how items are embedded (compared in incremental mode): the sids keys, and
+    for text embeddings the encoder and template the embed stage used (its manifest)."""
+    cfg = settings.sids
     recipe: dict[str, Any] = {"source": cfg.embedding}
     if cfg.embedding != "text":
         recipe["collaborative_dim"] = cfg.collaborative_dim
     if cfg.embedding == "hybrid":
         recipe["collaborative_weight"] = cfg.collaborative_weight
+    if cfg.embedding in ("text", "hybrid"):
+        manifest = read_json(
+            settings.paths.item_emb_manifest,
+            "the item embeddings' manifest",
+            "run `sidrec embed` first",
+        )
+        recipe["text"] = {key: manifest.get(key) for key in ("encoder", "template")}
     return recipe
 
 
@@ -81,15 +92,17 @@ def item_embeddings(
     """The matrix ``sids.embedding`` asks for. Extending a map (``previous``), it must be the
     map's kind: same recipe, same width, collaborative factors in the saved basis."""
     cfg, path = settings.sids, settings.paths.quantizer
-    recipe = embedding_recipe(cfg)
+    recipe = embedding_recipe(settings)
     if previous is not None:
+        # keys a quantizer saved by an older version lacks are not compared
         built = {k: previous.embedding[k] for k in recipe if k in previous.embedding}
         built.setdefault("source", "text")  # quantizers saved before sids.embedding existed
-        if built != recipe:
+        asked = {k: recipe[k] for k in built}
+        if built != asked:
             raise InputError(
-                f"the SID map was built from {built} embeddings, this run asks for {recipe}; "
-                "new items must be embedded as the map's items were: set those sids keys back, "
-                "or rebuild the map (sids.incremental=false)",
+                f"the SID map was built from {built} embeddings, this run asks for {asked}; "
+                "new items must be embedded as the map's items were: set those sids (or embed) "
+                "keys back, or rebuild the map (sids.incremental=false)",
                 path=path,
             )
     if cfg.embedding == "text":
@@ -100,14 +113,18 @@ def item_embeddings(
             settings, items, CollaborativeBasis.from_state(basis) if basis else None
         )
         cold = items["item_id"][factors.without_interactions].tolist()
-        if cold and cfg.embedding == "collaborative":
+        # extending a map, only the items it codes now need factors: the others keep their SIDs
+        coded = items["item_id"][
+            factors.without_interactions & ~_in_map(settings, items, previous is not None)
+        ]
+        if len(coded) and cfg.embedding == "collaborative":
             raise InputError(
-                f"{len(cold)} catalog item(s) have no interactions in the train split"
+                f"{len(coded)} catalog item(s) have no interactions in the train split"
                 f"{' by users the saved quantizer knows' if basis else ''}, so collaborative "
                 "factors cannot place them; use sids.embedding=hybrid (such items are coded "
                 "from their text)",
                 path=settings.paths.split("train"),
-                values=cold,
+                values=coded.tolist(),
             )
         matrix, without = factors.factors, len(cold)
         if cfg.embedding == "hybrid":
@@ -127,12 +144,36 @@ def item_embeddings(
     return ItemEmbeddings(matrix, recipe, without)
 
 
-def interaction_pairs(train: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(user, item) of every train row's target and history items (repeats are kept)."""
-    history = train[["user_id", "history"]].explode("history").dropna(subset=["history"])
-    users = pd.concat([train["user_id"], history["user_id"]], ignore_index=True)
-    items = pd.concat([train["target"], history["history"]], ignore_index=True)
-    return users.astype(str).tolist(), items.astype(str).tolist()
+def interaction_pairs(
+    train: pd.DataFrame, rows_per_chunk: int = 20_000
+) -> tuple[list[str], list[str]]:
+    """Every distinct (user, item) of the train rows' targets and history items.
+
+    A user's items recur in the histories of all their later rows (up to split.max_history
+    times); the factors read a binary matrix, so the repeats are dropped chunk by chunk
+    instead of being exploded all at once (50x the interactions at max_history 50)."""
+    parts = []
+    for lo in range(0, len(train), rows_per_chunk):
+        rows = train.iloc[lo : lo + rows_per_chunk]
+        history = rows[["user_id", "history"]].explode("history").dropna(subset=["history"])
+        pairs = pd.DataFrame(
+            {
+                "user": pd.concat([rows["user_id"], history["user_id"]], ignore_index=True),
+                "item": pd.concat([rows["target"], history["history"]], ignore_index=True),
+            }
+        )
+        parts.append(pairs.astype(str).drop_duplicates())
+    if not parts:
+        return [], []
+    pairs = pd.concat(parts, ignore_index=True).drop_duplicates()
+    return pairs["user"].tolist(), pairs["item"].tolist()
+
+
+def _in_map(settings: Settings, items: pd.DataFrame, extending: bool) -> np.ndarray:
+    """Which catalog items the map being extended already codes (none for a full build)."""
+    if not extending:
+        return np.zeros(len(items), dtype=bool)
+    return items["item_id"].isin(list(read_sid_map(settings.paths.sid_map))).to_numpy()
 
 
 def collaborative_factors(
