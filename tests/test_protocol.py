@@ -99,3 +99,34 @@ def test_the_best_generative_model_is_chosen_on_the_selection_half(project, make
         path.write_text(json.dumps(bad))
         with pytest.raises(InputError, match="names no kept step"):
             best_generative(settings, ["sft", "grpo"])
+
+
+def test_a_validation_sample_excludes_what_the_whole_half_would(project, make_settings):
+    """A sliding-window user's sampled row still excludes the items of that user's earlier
+    rows the sample left out (`sft.eval_users` / `grpo.eval_users` draw such a sample)."""
+    from types import SimpleNamespace
+
+    from sidrec.protocol import gate_user
+    from tasks.shared.validation import ValidationSample
+
+    user = next(u for u in (f"u{n}" for n in range(100)) if not gate_user(u))  # selection half
+    train = pd.DataFrame(
+        {"user_id": [user], "history": [["i1"]], "target": ["i2"], "timestamp": [2]}
+    )
+    valid = pd.DataFrame(
+        {
+            "user_id": [user] * 4,
+            "history": [["i2"], ["i3"], ["i4"], ["i5"]],  # capped at one item
+            "target": ["i3", "i4", "i5", "i6"],
+            "timestamp": [3, 4, 5, 6],
+        }
+    )
+    recommender = SimpleNamespace(index={f"i{n}": n for n in range(1, 7)})
+    targets = set()
+    for seed in range(8):
+        settings = make_settings(project, project={"seed": seed})
+        sample = ValidationSample(settings, recommender, train, valid, users=1)
+        (target,) = sample.targets.tolist()
+        assert sample.exclude == [[f"i{n}" for n in range(1, target)]]  # all before the target
+        targets.add(target)
+    assert len(targets) > 1  # the seeds drew different rows

@@ -37,7 +37,10 @@ class ValidationSample:
         seed = settings.project.seed
         sample = rows.sample(n=n, random_state=seed) if n < len(rows) else rows
         self.histories = [list(h) for h in sample["history"]]
-        self.exclude = seen_items(train, sample) if settings.evaluate.exclude_seen else None
+        self.exclude = None
+        if settings.evaluate.exclude_seen:  # over the whole half: a user's earlier rows count
+            seen = seen_items(train, rows)  # even where the sample left them out
+            self.exclude = [seen[row] for row in sample.index]
         index = recommender.index
         self.targets = encode_targets(list(sample["target"]), index, "valid targets")
         self.recommender = recommender
