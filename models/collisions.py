@@ -7,7 +7,11 @@
    the contested code keeps it.
 2. Items that still collide (a prefix group larger than the codebook, or no residuals, as
    for an imported map) get an extra disambiguation level appended to *every* SID: the
-   item's index within its SID group (0 for unique SIDs), as in TIGER.
+   item's index within its SID group (0 for unique SIDs, fixed items first), as in TIGER.
+   Items beyond the K indices of their SID (more than K identical SIDs, e.g. duplicate
+   texts) move to the free (last code, index) pairs of their prefix group, nearest free
+   last code first (the closest claimant keeps a contested code): a prefix group holds up to
+   K·K items. Only a larger group is an error (``CatalogTooLarge``, naming the prefix).
 
 Items listed in ``fixed`` (incremental mode) never change their codes.
 """
@@ -31,7 +35,7 @@ class Resolution(NamedTuple):
     codes: np.ndarray
     """(items × levels) or (items × levels+1) when ``extra_level``."""
     reassigned: int
-    """Items moved to another last-level code."""
+    """Items moved to another last-level code (by step 1 or by the extra level)."""
     extra_level: bool
 
 
@@ -47,7 +51,8 @@ def resolve_collisions(
     fixed: np.ndarray | None = None,
     allow_extra_level: bool = True,
 ) -> Resolution:
-    codes = np.array(codes, dtype=np.int64, copy=True)
+    given = np.asarray(codes)
+    codes = np.array(given, dtype=np.int64, copy=True)
     fixed = np.zeros(len(codes), dtype=bool) if fixed is None else np.asarray(fixed, dtype=bool)
     reassigned = 0
     if last_level_costs is not None:
@@ -57,17 +62,29 @@ def resolve_collisions(
         return Resolution(codes, reassigned, extra_level=False)
     if not allow_extra_level:
         raise CatalogTooLarge("SIDs still collide and an extra level is not allowed")
-    return Resolution(_append_level(codes, groups, codebook_size), reassigned, extra_level=True)
+    extra, spread = _extra_level(codes, groups, given, codebook_size, last_level_costs, fixed)
+    return Resolution(np.column_stack([codes, extra]), reassigned + spread, extra_level=True)
 
 
 def _group_ids(codes: np.ndarray) -> np.ndarray:
     return np.unique(codes, axis=0, return_inverse=True)[1].reshape(-1)
 
 
+def _prefix_ids(codes: np.ndarray) -> np.ndarray:
+    """Group ids of the first L−1 codes (one group when there is one level)."""
+    if codes.shape[1] == 1:
+        return np.zeros(len(codes), dtype=np.int64)
+    return _group_ids(codes[:, :-1])
+
+
+def _rank_in_runs(sorted_keys: np.ndarray) -> np.ndarray:
+    """Each position's index within its run of equal keys."""
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_keys)) + 1]
+    return np.arange(len(sorted_keys)) - np.repeat(starts, np.diff(np.r_[starts, len(sorted_keys)]))
+
+
 def _reassign_last_level(codes: np.ndarray, k: int, costs: CostFn, fixed: np.ndarray) -> int:
-    prefix_ids = (
-        _group_ids(codes[:, :-1]) if codes.shape[1] > 1 else np.zeros(len(codes), dtype=np.int64)
-    )
+    prefix_ids = _prefix_ids(codes)
     # items of a prefix group in row order; a group collides when two share a last code
     order = np.argsort(prefix_ids, kind="stable")
     group, last = prefix_ids[order], codes[order, -1]
@@ -124,17 +141,122 @@ def _move_group(
     return len(rows)
 
 
-def _append_level(codes: np.ndarray, groups: np.ndarray, k: int) -> np.ndarray:
-    order = np.argsort(groups, kind="stable")
-    rank = np.empty(len(codes), dtype=np.int64)
-    sorted_groups = groups[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_groups)) + 1]
-    first_of_group = np.repeat(starts, np.diff(np.r_[starts, len(codes)]))
-    rank[order] = np.arange(len(codes)) - first_of_group
-    if rank.max() >= k:
+def _extra_level(
+    codes: np.ndarray,
+    groups: np.ndarray,
+    given: np.ndarray,
+    k: int,
+    costs: CostFn | None,
+    fixed: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """The extra level's index of every item, and how many items moved to another last code.
+
+    Each item's index within its SID group (fixed items first, then row order), as in TIGER;
+    items past the k indices of their SID (moves ``codes`` in place) spread over their prefix
+    group's free (last code, index) pairs."""
+    order = np.lexsort((~fixed, groups))
+    extra = np.empty(len(codes), dtype=np.int64)
+    extra[order] = _rank_in_runs(groups[order])
+    largest = int(extra.max()) + 1
+    overflow = np.flatnonzero(extra >= k)
+    if fixed[overflow].any():
+        row = overflow[fixed[overflow]][0]
+        n = int(((groups == groups[row]) & fixed).sum())
         raise CatalogTooLarge(
-            f"{rank.max() + 1} items share one SID, more than the {k} codes of the extra level; "
-            "increase sids.codebook_size or sids.levels"
+            f"{n} items that keep their SID share {tuple(codes[row].tolist())}, more than the "
+            f"{k} indices of an extra level"
         )
-    log.info("appended a disambiguation level (largest group: %d items)", rank.max() + 1)
-    return np.column_stack([codes, rank])
+    if len(overflow):
+        _spread(codes, extra, overflow, given, k, costs)
+    log.info(
+        "appended a disambiguation level (largest SID group: %d items, %d moved to free codes)",
+        largest,
+        len(overflow),
+    )
+    return extra, len(overflow)
+
+
+def _spread(
+    codes: np.ndarray,
+    extra: np.ndarray,
+    overflow: np.ndarray,
+    given: np.ndarray,
+    k: int,
+    costs: CostFn | None,
+) -> None:
+    """Move the ``overflow`` items to free (last code, index) pairs of their own prefix group,
+    nearest last code first (by ``costs``; without them, the lowest free code); a Python loop
+    over the overflowing prefix groups only."""
+    assert codes[:, -1].max() < k, "last-level codes must be below codebook_size"
+    prefix = _prefix_ids(codes)
+    order = np.argsort(prefix, kind="stable")
+    sorted_prefix = prefix[order]
+    for p in np.unique(prefix[overflow]):
+        lo, hi = np.searchsorted(sorted_prefix, [p, p + 1])
+        members = order[lo:hi]  # row order
+        movers = members[extra[members] >= k]
+        # a SID's items hold indices 0..count-1 of its last code: the rest of the code is free
+        used = np.bincount(codes[members[extra[members] < k], -1], minlength=k)
+        if len(members) > k * k:
+            raise _too_large(given[members], k)
+        cost = (
+            _costs_in_chunks(costs, movers)
+            if costs is not None
+            else np.zeros((len(movers), k), dtype=np.float64)
+        )
+        last = _nearest_with_room(cost, k - used)
+        by_code = np.argsort(last, kind="stable")
+        codes[movers, -1] = last
+        extra[movers[by_code]] = used[last[by_code]] + _rank_in_runs(last[by_code])
+
+
+def _nearest_with_room(cost: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """A code for every row, each code taking at most ``room`` rows: in rounds, every row left
+    claims its nearest code with room, and a code short of room takes its closest claimants
+    (the earlier row on a tie). Each round places at least one row per claimed code."""
+    assert len(cost) <= room.sum()
+    room = room.copy()
+    prefs = np.argsort(cost, axis=1, kind="stable")  # each row's codes, nearest first
+    at = np.zeros(len(cost), dtype=np.int64)  # the row's current claim: prefs[row, at[row]]
+    chosen = np.full(len(cost), -1, dtype=np.int64)
+    left = np.arange(len(cost))
+    while left.size:
+        want = prefs[left, at[left]]
+        while (full := room[want] == 0).any():  # a full code never reopens: skip it for good
+            at[left[full]] += 1
+            want[full] = prefs[left[full], at[left[full]]]
+        ranked = np.lexsort((left, cost[left, want], want))  # by code, closest first
+        wanted = want[ranked]
+        won = _rank_in_runs(wanted) < room[wanted]
+        chosen[left[ranked[won]]] = wanted[won]
+        room -= np.bincount(wanted[won], minlength=len(room))
+        left = left[chosen[left] < 0]
+    return chosen
+
+
+def _too_large(group: np.ndarray, k: int) -> CatalogTooLarge:
+    """The error for a prefix group (its items' codes as given) beyond the k·k SIDs an extra
+    level gives it, saying whether identical items are the cause."""
+    n, levels = group.shape
+    prefix = tuple(group[0, :-1].tolist())
+    where = f"share the SID prefix {prefix}" if levels > 1 else "have one-level SIDs"
+    same = int(np.unique(group, axis=0, return_counts=True)[1].max())
+    message = (
+        f"{n} items {where}: more than the {k}x{k} = {k * k} (last code, extra index) pairs "
+        "an extra level gives them"
+    )
+    if same > k * k:  # the duplicates alone overflow: only fewer of them, or a larger k, fit
+        which = "all of them" if same == n else f"{same} of them"
+        return CatalogTooLarge(
+            f"{message}; {which} have identical codes at every level, i.e. (near-)identical "
+            "embeddings such as duplicate texts: de-duplicate the catalog or use "
+            "sids.embedding=hybrid (collaborative factors tell such items apart); a larger "
+            "sids.codebook_size also helps, more sids.levels does not separate identical "
+            "embeddings"
+        )
+    # (n > k·k items on k last codes: some SID always holds more than k of them)
+    return CatalogTooLarge(
+        f"{message}; increase sids.codebook_size or sids.levels ({same} of them have identical "
+        "codes at every level: if they are duplicate texts, de-duplicating the catalog or "
+        "sids.embedding=hybrid helps too)"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -193,21 +194,53 @@ def incremental_codes(
     for row in np.flatnonzero(known):
         raw[row] = previous[ids[row]]
     if width > quantizer.levels:  # the map has a disambiguation level: new items take free indices
-        _extend_extra_level(raw, known, quantizer.levels)
+        levels = quantizer.levels
+
+        def costs(rows: np.ndarray) -> np.ndarray:
+            return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
+
+        _extend_extra_level(raw, known, levels, settings.sids.codebook_size, costs)
     cfg = settings.sids
     facts = {"new_items": int((~known).sum())}
     return Codes(raw, quantizer, False, cfg.method, "incremental", cfg.codebook_size, facts, known)
 
 
-def _extend_extra_level(raw: np.ndarray, known: np.ndarray, levels: int) -> None:
-    """New items get the smallest extra-level index unused by items with the same first codes."""
+def _extend_extra_level(
+    raw: np.ndarray,
+    known: np.ndarray,
+    levels: int,
+    k: int,
+    costs: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> None:
+    """New items get the smallest extra-level index below ``k`` unused by the items of their
+    SID; where all ``k`` are taken (more than k identical items), a free index under another
+    last code of the same prefix, nearest first by ``costs`` (the quantizer's last-level
+    distances), else the lowest such code."""
     used: dict[tuple[int, ...], set[int]] = {}
     for row in np.flatnonzero(known):
         used.setdefault(tuple(raw[row, :levels]), set()).add(int(raw[row, -1]))
+
+    def free(sid: tuple[int, ...]) -> int | None:
+        taken = used.get(sid, set())
+        return next((i for i in range(k) if i not in taken), None)
+
     for row in np.flatnonzero(~known):
-        taken = used.setdefault(tuple(raw[row, :levels]), set())
-        raw[row, -1] = next(i for i in range(len(taken) + 1) if i not in taken)
-        taken.add(int(raw[row, -1]))
+        sid = tuple(int(c) for c in raw[row, :levels])
+        index = free(sid)
+        if index is None:
+            nearest = np.argsort(costs(np.array([row]))[0], kind="stable") if costs else range(k)
+            for code in nearest:
+                if (index := free((*sid[:-1], int(code)))) is not None:
+                    sid = (*sid[:-1], int(code))
+                    break
+            else:
+                raise ConfigError(
+                    f"sids: the new item on row {row} has the SID prefix {sid[:-1]}, whose "
+                    f"{k}x{k} (last code, extra index) pairs are all taken; run a full rebuild "
+                    "(sids.incremental=false)"
+                )
+        raw[row, levels - 1], raw[row, -1] = sid[-1], index
+        used.setdefault(sid, set()).add(index)
 
 
 def resolve(codes: Codes, emb: np.ndarray) -> Any:

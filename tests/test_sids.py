@@ -70,6 +70,22 @@ def test_full_build_is_collision_free_with_equal_lengths(catalog, balanced, sids
     assert json.loads(settings.paths.metrics("sids").read_text())["items"] == N_ITEMS
 
 
+def test_more_duplicate_texts_than_codes_get_an_extra_level(
+    sids_settings, write_validated_catalog, write_embeddings
+):
+    # 20 items with one text (identical embeddings) > 8 codes: refused before at any sids.levels
+    settings = sids_settings(embedding="text")
+    ids = write_validated_catalog(settings, N_ITEMS)
+    write_embeddings(settings, _clustered_embeddings(N_ITEMS, duplicates=19), ids)
+    result = sids(settings)
+    sid_map = read_sid_map(settings.paths.sid_map)
+    final = np.array([sid_map[i] for i in ids])
+    assert result.metrics["extra_level"] and final.shape == (N_ITEMS, 4)
+    assert collision_stats(final).collision_rate == 0.0 and final.max() < 8
+    assert result.metrics["largest_collision_group"] >= 20
+    assert (final[:20, :2] == final[0, :2]).all()  # the duplicates keep their first codes
+
+
 def test_incremental_mode_keeps_existing_sids(
     catalog, write_embeddings, write_validated_catalog, sids_settings
 ):
@@ -400,7 +416,24 @@ def test_new_items_take_free_extra_level_indices_and_known_sids_stay():
     raw = np.array([[1, 2, 0], [1, 2, 2], [3, 3, 0], [1, 2, 9], [1, 2, 9], [5, 5, 9]])
     known = np.array([True, True, True, False, False, False])
     before = raw[known].copy()
-    _extend_extra_level(raw, known, levels=2)
+    _extend_extra_level(raw, known, levels=2, k=16)
     assert (raw[known] == before).all()  # existing SIDs never move
     assert raw[3:, -1].tolist() == [1, 3, 0]  # the smallest free index per prefix
     assert len({tuple(r) for r in raw.tolist()}) == len(raw)
+
+
+def test_a_new_item_on_a_full_sid_takes_a_free_index_of_another_last_code():
+    from tasks.sids import _extend_extra_level
+
+    # k = 2: SID (1, 2) holds indices 0 and 1; (1, 0) holds 0; the prefix 1 has room left
+    raw = np.array([[1, 2, 0], [1, 2, 1], [1, 0, 0], [1, 2, 9], [1, 2, 9], [1, 2, 9]])
+    known = np.array([True, True, True, False, False, False])
+
+    def costs(rows):  # last code 0 is the nearest to every new item, then 1
+        return np.tile([0.0, 1.0], (len(rows), 1))
+
+    _extend_extra_level(raw, known, levels=2, k=2, costs=costs)
+    assert raw[3:].tolist() == [[1, 0, 1], [1, 1, 0], [1, 1, 1]]  # every code stays below k
+    full = np.array([[1, 0, 0], [1, 0, 1], [1, 1, 0], [1, 1, 1], [1, 1, 9]])
+    with pytest.raises(ConfigError, match=r"the SID prefix \(1,\), whose 2x2 .* full rebuild"):
+        _extend_extra_level(full, np.array([True] * 4 + [False]), levels=2, k=2)
