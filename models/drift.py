@@ -6,17 +6,30 @@ A load is kept as a :class:`LoadProfile` (interactions per user and per catalog 
 range and a content hash): that is all the next comparison needs, and the raw tables it came
 from are replaced by the next ingest.
 
-Distributions are compared by shape: each count is divided by its load's mean first, so a log
-that grows evenly (every user and item gaining the same share) is not drift; the sizes show
-the growth. Each shape is compared with two effect sizes (with 10^5 users any difference is
+Distributions are compared by shape, not by level: the later load's counts are first brought
+to the earlier load's level (multiplied by the ratio of the two loads' typical counts) and
+rounded to whole interactions. A log that grows evenly (every user and item gaining the same
+share) is then not drift; ``level`` (the ratio) and the sizes show the growth. The typical
+count is the 10% trimmed mean (``scipy.stats.trim_mean``; the plain mean where that is 0): a
+few bots, blockbusters or new cold items barely move it, so they show as what they are (a few
+counts at the top, a few zeros) rather than as every other count shifting. The rounding keeps
+counts on the whole numbers they live on: a level change smaller than half an interaction
+leaves a count where it was, so tied counts stay tied instead of each one landing a hair away
+from its earlier value (which would read as a shift of the whole tie group).
+
+Each shape is compared with two effect sizes (with 10^5 users any difference is
 "significant", so no p-values):
 
 - the population stability index (PSI): both loads binned on the earlier load's deciles,
   ``sum((a - b) * ln(a / b))`` over the bins' shares ``b`` (before) and ``a`` (after); 0 for
   the same distribution, above 0.1 usually read as a moderate shift, above 0.25 as a major
-  one. PSI flags drift.
-- the two-sample Kolmogorov–Smirnov statistic: the largest gap between the two empirical
-  CDFs (no binning), reported beside it.
+  one. PSI flags drift. Counts tie in large groups (thousands of items with one interaction),
+  and a decile usually falls on such a group, so each edge is moved to the midpoint between
+  the earlier load's values around it: a group of tied counts is never cut by an edge and one
+  more user or item cannot carry a whole group into the next bin.
+- the two-sample Kolmogorov–Smirnov statistic (``scipy.stats.ks_2samp``): the largest gap
+  between the two empirical CDFs over all values of both loads (no binning, ties counted
+  whole), reported beside it.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ DISTRIBUTIONS = {"interactions_per_user": "users", "interactions_per_item": "ite
 PSI_BINS = 10
 PSI_FLOOR = 1e-4
 """Smallest share a bin counts with, so a bin one load leaves empty adds a large, finite term."""
+LEVEL_TRIM = 0.1
+"""Share of the smallest and of the largest counts a load's level leaves out."""
 TOP_K = 100
 EXAMPLES = 5
 """New and vanished ids listed in the report (the counts are complete)."""
@@ -133,8 +148,15 @@ def compare_loads(
 
 def psi(before: np.ndarray, after: np.ndarray, bins: int = PSI_BINS) -> float:
     """Population stability index of ``after`` against ``before``, both binned on ``before``'s
-    quantiles (tied quantiles merge: counts have many ties)."""
-    edges = np.unique(np.quantile(before, np.linspace(0, 1, bins + 1)[1:-1]))
+    quantiles, each moved up to the midpoint between ``before``'s largest value at or below it
+    and the next larger one, so no value of ``before`` lies on an edge (a quantile at
+    ``before``'s maximum stays: its last bin holds what exceeds anything ``before`` had).
+    Tied quantiles merge."""
+    distinct = np.unique(before)
+    quantile = np.quantile(before, np.linspace(0, 1, bins + 1)[1:-1])
+    above = np.searchsorted(distinct, quantile, side="right")  # the next larger value's index
+    midpoint = (distinct[above - 1] + distinct[np.minimum(above, len(distinct) - 1)]) / 2
+    edges = np.unique(np.where(above < len(distinct), midpoint, quantile))
 
     def shares(values: np.ndarray) -> np.ndarray:
         # bin i holds edges[i-1] < x <= edges[i]; the last bin everything above the last edge
@@ -145,20 +167,31 @@ def psi(before: np.ndarray, after: np.ndarray, bins: int = PSI_BINS) -> float:
     return float(np.sum((a - b) * np.log(a / b)))
 
 
+def level(counts: np.ndarray) -> float:
+    """The typical count: the trimmed mean of ``counts`` (:data:`LEVEL_TRIM` cut at each end);
+    the plain mean where that is 0 (a catalog mostly without interactions)."""
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(counts, LEVEL_TRIM)) or float(counts.mean())
+
+
 def compare_distributions(
     before: pd.Series, after: pd.Series, psi_threshold: float
 ) -> dict[str, Any]:
-    """PSI and the KS statistic of the shapes of two count distributions (each count divided
-    by its load's mean), their quantiles, and whether PSI flags drift."""
+    """PSI and the KS statistic of the shapes of two count distributions (``after`` brought to
+    ``before``'s level, in whole interactions), the level ratio, their raw quantiles, and
+    whether PSI flags drift."""
     from scipy.stats import ks_2samp
 
-    # rounded so that equal shapes give equal values: counts tie, and a tie group that
-    # float noise moved across a bin edge would count as a shift
-    b, a = (np.round(s.to_numpy(dtype=np.float64) / s.mean(), 9) for s in (before, after))
+    b, a = (s.to_numpy(dtype=np.float64) for s in (before, after))
+    typical = level(b)
+    ratio = level(a) / typical if typical > 0 else 1.0  # an earlier load without interactions
+    a = np.round(a / ratio)
     value = psi(b, a)
     return {
         "psi": round(value, 4),
         "ks": round(float(ks_2samp(b, a, method="asymp").statistic), 4),
+        "level": round(ratio, 4),
         "drift": value > psi_threshold,
         "before": quantiles(before),
         "after": quantiles(after),
@@ -246,7 +279,7 @@ def drift_markdown(report: dict[str, Any], dataset: str) -> str:
                 f"{name.replace('_', ' ')} (p50 / p90 / p99 / max)",
                 _quantile_cell(d["before"]),
                 _quantile_cell(d["after"]),
-                f"PSI {d['psi']:.3f} · KS {d['ks']:.3f}{verdict}",
+                f"PSI {d['psi']:.3f} · KS {d['ks']:.3f} · level ×{d['level']:.2f}{verdict}",
             )
         )
     top = report["top_items"]

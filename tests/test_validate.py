@@ -233,3 +233,30 @@ def test_fail_on_drift_stops_the_run_and_keeps_the_baseline(
     report = _drift(settings)
     assert report["accepted_before"] is True and "interactions_per_user" in report["flagged"]
     assert again.metrics["drift"]["status"] == "drift"
+
+
+def test_one_new_heavy_user_does_not_stop_the_run(project, ingest_and_validate):
+    """60 users, then the same 60 and one more who touched all 40 items: the ordinary users and
+    the items' popularity kept their shape, so ``fail_on_drift`` lets the load through."""
+    items = [f"i{n}" for n in range(40)]
+    catalog = "item_id,title\n" + "".join(f"{i},Title {i}\n" for i in items)
+
+    def log(*, heavy: bool) -> str:
+        rows = [
+            f"u{u},{items[(u + k) % 40]},{1_600_000_000 + 100 * u + k}"
+            for u in range(60)
+            for k in range(5 + u % 10)
+        ]
+        if heavy:
+            rows += [f"heavy,{item},{1_600_100_000 + k}" for k, item in enumerate(items)]
+        return "user_id,item_id,timestamp\n" + "\n".join(rows) + "\n"
+
+    ingest_and_validate(log(heavy=False), catalog)
+    settings, result = ingest_and_validate(
+        log(heavy=True), catalog, validate={"fail_on_drift": True}
+    )
+    report = _drift(settings)
+    assert result.metrics["drift"] == {"status": "no drift", "flagged": []}
+    assert report["users"]["new_examples"] == ["heavy"]
+    for d in report["distributions"].values():
+        assert d["psi"] < 0.01 and d["ks"] < 0.02 and not d["drift"]

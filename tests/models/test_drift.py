@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from models.drift import (
+    DISTRIBUTIONS,
     LoadProfile,
+    compare_distributions,
     compare_loads,
     drift_line,
     drift_markdown,
@@ -73,8 +75,9 @@ def test_an_evenly_grown_log_is_not_drift_but_its_growth_is_reported():
     """Every user three times as active: the shape is the same, the sizes say the log grew."""
     report = compare_loads(load(SPREAD, "a"), load([3 * n for n in SPREAD], "b"), psi_threshold=0.2)
     user = report["distributions"]["interactions_per_user"]
-    assert user["psi"] == pytest.approx(0.0, abs=1e-9) and not user["drift"]
+    assert user["psi"] == pytest.approx(0.0, abs=1e-9) and user["ks"] == 0.0 and not user["drift"]
     assert (user["before"]["max"], user["after"]["max"]) == (20.0, 60.0)
+    assert user["level"] == 3.0 and "level ×3.00" in drift_markdown(report, "ds")
     assert report["sizes"]["interactions"]["change"] == pytest.approx(2.0)
 
 
@@ -91,6 +94,72 @@ def test_a_shifted_distribution_is_flagged():
     lenient = compare_loads(load(SPREAD, "a"), load(skewed, "b"), psi_threshold=50.0)
     assert lenient["status"] == "no drift"
     assert lenient["distributions"]["interactions_per_user"]["psi"] == user["psi"]
+
+
+def zipf_catalog(size: int = 1682) -> pd.Series:
+    """Interactions per item of a catalog the size of MovieLens-100K's, Zipf-shaped: most items
+    have one or two interactions, tied, and a few have hundreds."""
+    counts = np.random.default_rng(1).zipf(1.8, size=size).clip(max=600)
+    return pd.Series(counts, index=[f"i{n}" for n in range(size)])
+
+
+def activity(size: int = 5000) -> pd.Series:
+    """Interactions per user: at least 6 each, geometric above that (mean about 15)."""
+    counts = 5 + np.random.default_rng(0).geometric(0.1, size=size)
+    return pd.Series(counts, index=[f"u{n}" for n in range(size)])
+
+
+def test_one_cold_item_added_to_a_zipf_catalog_is_not_drift():
+    """Whole groups of tied counts sit on the deciles; one more item (with no interactions) must
+    not move any of them into another bin."""
+    before = zipf_catalog()
+    after = pd.concat([before, pd.Series({"new-item": 0})])
+    d = compare_distributions(before, after, psi_threshold=0.2)
+    assert d["psi"] < 0.01 and d["ks"] < 0.001 and not d["drift"]
+    assert d["level"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("count", [6, 14, 30, 200])
+def test_one_more_ordinary_user_is_not_drift(count):
+    before = activity()
+    after = pd.concat([before, pd.Series({"new-user": count})])
+    d = compare_distributions(before, after, psi_threshold=0.2)
+    assert d["psi"] < 0.001 and d["ks"] < 0.001 and not d["drift"]
+
+
+def test_one_heavy_new_user_on_a_small_log_is_not_drift():
+    """A user (or bot) who touched every item joins 60 users: one more user at the top, and
+    every item one interaction more: neither distribution changed shape enough to flag."""
+    users = [5 + u % 10 for u in range(60)]
+    before, after = load(users, "a"), load([*users, 40], "b")
+    report = compare_loads(before, after, psi_threshold=0.2)
+    assert report["status"] == "no drift" and report["flagged"] == []
+    user, item = (report["distributions"][k] for k in DISTRIBUTIONS)
+    assert user["psi"] < 0.01 and user["ks"] == round(1 / 61, 4)  # one user in 61
+    assert item["psi"] < 0.05
+    # 26 of the 40 items had no interaction and now have one: KS shows it, PSI does not flag
+    # it (0 and 1 share the lowest bin)
+    assert item["ks"] == 26 / 40
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # the more active half of the users twice as active, the others unchanged
+        (activity(), activity().where(lambda s: s <= s.median(), 2 * activity())),
+        # popularity with a thinner tail: more items with one interaction (Zipf exponent 1.8 -> 2.5)
+        (
+            zipf_catalog(),
+            pd.Series(np.random.default_rng(2).zipf(2.5, size=1682).clip(max=600)),
+        ),
+        # a wave of newcomers at the minimum activity: 30% more users, all with 6
+        (activity(), pd.concat([activity(), pd.Series([6] * 1500)], ignore_index=True)),
+    ],
+    ids=["heavy-half-doubled", "thinner-tail", "newcomer-wave"],
+)
+def test_a_change_of_shape_is_flagged(before, after):
+    d = compare_distributions(before, after, psi_threshold=0.2)
+    assert d["drift"] and d["psi"] > 0.25 and d["ks"] > 0.1
 
 
 def test_psi_is_zero_for_equal_samples_and_grows_with_the_shift():
