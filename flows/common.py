@@ -6,7 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import cast
 
-from prefect import Task
+from prefect import Task, get_run_logger
+from prefect.exceptions import MissingContextError
 
 from sidrec.config import Settings
 from sidrec.stage import STAGES, Stage, StageResult, reaches
@@ -50,3 +51,11 @@ def registration_intact(result: StageResult) -> bool:
     from sidrec.registry import holds_version
 
     return holds_version(m["model_name"], str(m["version"]), m["run_id"])
+
+
+def run_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    """The flow run's logger (its lines show in the Prefect UI), else the module logger."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return log

@@ -9,26 +9,30 @@ The child run re-reads the configuration from ``config_path`` + ``overrides`` on
 that picks it up, so both machines must see the same project folder (the compose stack
 mounts shared volumes) and the same result storage (``PREFECT_LOCAL_STORAGE_PATH``):
 the child's return value travels as a persisted Prefect result, not through the API.
+
+The parent holds the dataset's lock (flows/lock.py) while it waits for the child, so the
+child takes none; a :func:`train_remote` run started on its own takes it.
 """
 
 from __future__ import annotations
 
-import logging
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 from prefect.client.schemas.objects import FlowRun
+from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
-from prefect.exceptions import MissingContextError, ObjectNotFound
+from prefect.exceptions import ObjectNotFound
 
+from flows.common import run_logger
+from flows.lock import dataset_lock
 from sidrec.config import Settings, load_settings
 from sidrec.distributed import require_one_process
 from sidrec.errors import ConfigError
 from sidrec.stage import Stage, StageResult
 from sidrec.tracking import end_orphaned_runs, use_parent_run
 from sidrec.tracking import parent_run_id as pipeline_parent_run
-
-log = logging.getLogger(__name__)
 
 FLOW_NAME = "train-remote"
 """The deployable training flow's name: deployments of it are ``train-remote/<name>``."""
@@ -63,10 +67,21 @@ def train_remote(
     if accelerate_config is not None:  # last, so it wins as the deployment's own setting
         overrides = [*(overrides or []), f"orchestration.accelerate_config={accelerate_config}"]
     settings = load_settings(config_path, overrides or [])
-    # runs a killed process of this worker left RUNNING (the parent flow sweeps its own host)
-    end_orphaned_runs(settings.project.dataset)
-    with use_parent_run(parent_run_id):
-        return _train_inline(settings, until)
+    with _lock_unless_a_child(settings):
+        # runs a killed process of this worker left RUNNING (the parent flow sweeps its own host)
+        end_orphaned_runs(settings.project.dataset)
+        with use_parent_run(parent_run_id):
+            return _train_inline(settings, until)
+
+
+def _lock_unless_a_child(settings: Settings) -> AbstractContextManager[None]:
+    """The dataset's lock (flows/lock.py) for a run started on its own (``train-gpu`` run by
+    hand); none for the child run of a retrain, whose parent holds the lock while it waits for
+    the child: taking it again would wait for the parent, which waits for the child."""
+    ctx = FlowRunContext.get()
+    if ctx is not None and ctx.flow_run is not None and ctx.flow_run.parent_task_run_id:
+        return nullcontext()
+    return dataset_lock(settings.project.dataset, timeout_s=settings.orchestration.lock_timeout_s)
 
 
 def run_training(
@@ -104,7 +119,7 @@ def _train_on_deployment(
     deployment: str, parameters: dict[str, Any], settings: Settings
 ) -> dict[str, StageResult]:
     timeout = settings.orchestration.gpu_timeout_s
-    _logger().info("training on deployment %s (waiting up to %d s)", deployment, timeout)
+    run_logger().info("training on deployment %s (waiting up to %d s)", deployment, timeout)
     try:
         # called from a sync flow: run_deployment returns the FlowRun, not a coroutine
         child = run_deployment(
@@ -152,11 +167,3 @@ def _child_results(child: FlowRun, deployment: str, timeout: int) -> dict[str, S
             f"{where} returned {type(results).__name__}, expected dict[str, StageResult]"
         )
     return results
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    """The flow run's logger (its lines show in the Prefect UI), else the module logger."""
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return log

@@ -10,6 +10,7 @@ from prefect import flow, get_run_logger
 from flows.common import run_steps
 from flows.data import prepare_data
 from flows.dispatch import run_training
+from flows.lock import dataset_lock
 from flows.sids import build_sids
 from sidrec.config import Settings, literal_override, load_settings, save_run_config
 from sidrec.distributed import require_one_process
@@ -30,7 +31,8 @@ def retrain(
     """Load ``params.yaml`` (+ overrides), save the resolved config, run the stages: data →
     SIDs → training (inline, or on the gpu pool when ``orchestration.gpu_deployment`` is set)
     → registration behind the promotion gate. A run without overrides is then recorded in
-    ``dvc.lock`` (``sidrec/dvc_state.py``); one with overrides leaves it untouched.
+    ``dvc.lock`` (``sidrec/dvc_state.py``); one with overrides leaves it untouched. The stages
+    wait for any other retrain of the dataset to end first (``flows/lock.py``).
 
     Args:
         config_path: the configuration file, relative to the worker's project folder.
@@ -49,13 +51,17 @@ def retrain(
     get_run_logger().info(
         "dataset %s; resolved config saved to %s", settings.project.dataset, saved
     )
-    # one MLflow parent run; every stage's run nests under it
-    with pipeline_run(
-        dataset=settings.project.dataset, params=settings.to_yaml_dict(), run_name="retrain"
-    ):
-        results = _run_stages(settings, config_path, overrides, until)
-    # `dvc status` / `dvc repro` then see what this run made (sidrec/dvc_state.py)
-    get_run_logger().info(record_in_dvc(results, config_path=config_path, overrides=overrides))
+    # one retrain of a dataset at a time, whichever deployment (or the CLI) started it: the
+    # stages write the dataset's files and register its model (flows/lock.py); a gpu child run
+    # of the training stages works under this run's hold
+    dataset, timeout_s = settings.project.dataset, settings.orchestration.lock_timeout_s
+    with dataset_lock(dataset, timeout_s=timeout_s):
+        # one MLflow parent run; every stage's run nests under it
+        with pipeline_run(dataset=dataset, params=settings.to_yaml_dict(), run_name="retrain"):
+            results = _run_stages(settings, config_path, overrides, until)
+        # `dvc status` / `dvc repro` then see what this run made (sidrec/dvc_state.py)
+        recorded = record_in_dvc(results, config_path=config_path, overrides=overrides)
+        get_run_logger().info(recorded)
     return results
 
 

@@ -696,6 +696,10 @@ class OrchestrationConfig(_Section):
     inline in the parent flow."""
     gpu_timeout_s: int = Field(86_400, ge=60)
     """How long the parent flow waits for the training deployment's run."""
+    lock_timeout_s: int = Field(86_400, ge=1)
+    """How long a retrain waits for another retrain of the same dataset to end (the Prefect
+    global concurrency limit ``sidrec-retrain-<dataset>``, ``flows/lock.py``) before it fails.
+    Only with a Prefect server: without ``PREFECT_API_URL`` runs do not wait for each other."""
     accelerate_config: Path | None = None
     """An Accelerate config file (``docker/accelerate/ddp.yaml``, ``deepspeed_zero2.yaml``,
     ``fsdp.yaml``): the flow runs sft and grpo as ``accelerate launch --config_file <it> -m
