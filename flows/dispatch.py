@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from prefect import flow
-from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.objects import FlowRun, State
 from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
@@ -140,6 +140,34 @@ def _train_on_deployment(
     return _child_results(child, deployment, timeout)
 
 
+def _cancel(child: FlowRun) -> str:
+    """Cancel a child run the parent stops waiting for: the parent's failure releases the
+    dataset's lock, and a gpu worker that picked the child up later would train beside the
+    next retrain. A run not started yet is cancelled outright; a running one is asked to stop
+    (its worker kills it). Returns what became of it, for the error message."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.responses import SetStateStatus
+    from prefect.states import Cancelled, Cancelling
+
+    reason = "the parent flow stopped waiting (orchestration.gpu_timeout_s)"
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(child.id).state  # it may have moved since the wait
+            if state is not None and state.is_final():
+                return f"It ended {state.name} meanwhile."
+            running = state is not None and state.is_running()
+            stop: State[Any] = Cancelling(message=reason) if running else Cancelled(message=reason)
+            result = client.set_flow_run_state(child.id, stop)
+    except Exception as exc:  # the API unreachable: say so, the parent fails either way
+        return (
+            f"It could not be cancelled ({type(exc).__name__}: {exc}): cancel it in the UI "
+            "before the next retrain."
+        )
+    if result.status != SetStateStatus.ACCEPT:
+        return f"The API did not cancel it ({result.status.value}): cancel it in the UI."
+    return "It was told to stop (Cancelling)." if running else "It was cancelled."
+
+
 def _child_results(child: FlowRun, deployment: str, timeout: int) -> dict[str, StageResult]:
     """The child run's return value, or an error naming its state when it did not complete."""
     state = child.state
@@ -148,7 +176,7 @@ def _child_results(child: FlowRun, deployment: str, timeout: int) -> dict[str, S
         raise TrainingRunFailed(
             f"{where} did not finish within orchestration.gpu_timeout_s={timeout} s "
             f"(state {state.name if state else 'unknown'}); is a worker polling work pool "
-            f"{child.work_pool_name!r}? The run was left as it is."
+            f"{child.work_pool_name!r}? {_cancel(child)}"
         )
     if not state.is_completed():
         raise TrainingRunFailed(f"{where} ended {state.name}: {state.message or 'no message'}")

@@ -131,16 +131,40 @@ def test_failed_child_run_fails_with_its_state(gpu_settings, monkeypatch):
         flows.dispatch.run_training(gpu_settings, "params.yaml", [], "evaluate")
 
 
-def test_unfinished_child_run_names_the_timeout_and_the_pool(gpu_settings, monkeypatch):
+@pytest.mark.parametrize(
+    ("now", "said", "after"),
+    [
+        ("Scheduled", "It was cancelled.", "CANCELLED"),  # no worker took it
+        ("Running", r"It was told to stop \(Cancelling\).", "CANCELLING"),  # its worker kills it
+        ("Completed", "It ended Completed meanwhile.", "COMPLETED"),
+    ],
+)
+def test_a_child_run_the_parent_stops_waiting_for_is_cancelled(
+    gpu_settings, prefect_harness, monkeypatch, now, said, after
+):
+    """The parent's failure releases the dataset's lock: a child a gpu worker picked up later
+    would otherwise train beside the next retrain."""
+    import prefect.states
+    from prefect import flow
+    from prefect.client.orchestration import get_client
     from prefect.states import Scheduled
 
     import flows.dispatch
 
-    monkeypatch.setattr(flows.dispatch, "run_deployment", lambda **_: _child(Scheduled()))
+    @flow(name="train-placeholder")
+    def placeholder() -> None: ...
+
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(placeholder, state=getattr(prefect.states, now)())
+    waited = run.model_copy(update={"state": Scheduled(), "work_pool_name": "gpu"})  # at timeout
+    monkeypatch.setattr(flows.dispatch, "run_deployment", lambda **_: waited)
     with pytest.raises(
-        flows.dispatch.TrainingRunFailed, match=r"gpu_timeout_s=60 s \(state Scheduled\).*'gpu'"
+        flows.dispatch.TrainingRunFailed,
+        match=rf"gpu_timeout_s=60 s \(state Scheduled\).*'gpu'\? {said}",
     ):
         flows.dispatch.run_training(gpu_settings, "params.yaml", [], "evaluate")
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run.id).state.type.value == after
 
 
 def test_missing_deployment_is_a_config_error(gpu_settings, monkeypatch):
