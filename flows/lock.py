@@ -12,7 +12,10 @@ releases the slot (when it ends, fails or is cancelled), or fails after
 
 The slot is a lease the holder renews (every 225 s of a 300 s lease): a run killed outright
 leaves it taken until the lease runs out, and a run that cannot renew it stops rather than go on
-unguarded, as Prefect stops a deployment run that cannot renew its deployment's lease.
+unguarded, as Prefect stops a deployment run that cannot renew its deployment's lease. The
+server must keep its leases where a restart does not lose them (docker-compose.yml: the
+``filesystem`` lease storage on a volume); one keeping them in memory, Prefect's default, forgets
+them when it restarts, and nothing then frees the slots they held.
 
 Without a Prefect server (no ``PREFECT_API_URL``: the ephemeral API of ``make run``) no slot is
 taken: that API expires no leases, so a slot a killed run left taken would stay taken in the
@@ -90,7 +93,8 @@ def dataset_lock(dataset: str, *, timeout_s: int) -> Iterator[None]:
                 f"dataset {dataset}: another run held Prefect global concurrency limit "
                 f"{name!r} longer than orchestration.lock_timeout_s={timeout_s} s. Wait for it "
                 "to end (Prefect UI: Concurrency), or raise the timeout; if no run of the "
-                "dataset is running (the server restarted while one held it), free the slot: "
+                "dataset is running (a server keeping leases in memory, Prefect's default, "
+                "restarted while one held it), free the slot: "
                 f"`prefect gcl update {name} --active-slots 0`"
             ) from None
         if waits:
