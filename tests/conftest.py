@@ -869,6 +869,24 @@ def files_under(project: Path):
     return snapshot
 
 
+def _active_slots(name: str) -> int:
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            return client.read_global_concurrency_limit_by_name(name).active_slots
+        except ObjectNotFound:
+            return 0
+
+
+@pytest.fixture(scope="session")
+def active_slots() -> Callable[[str], int]:
+    """``active_slots(name)``: the taken slots of a Prefect global concurrency limit on the
+    current API (0 until a run creates the limit; flows/lock.py)."""
+    return _active_slots
+
+
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """One temporary Prefect server (SQLite) for the whole session."""

@@ -132,7 +132,7 @@ def test_two_retrains_of_one_dataset_never_overlap(
 
 
 def test_retrains_of_other_datasets_do_not_wait(
-    project, prefect_harness, pool, stages, run_logs
+    project, prefect_harness, pool, stages, run_logs, active_slots
 ) -> None:
     from flows.lock import lock_name
 
@@ -148,23 +148,25 @@ def test_retrains_of_other_datasets_do_not_wait(
     assert not _waits(run_logs)
     held.set()
     first.result(WAIT_S)
-    assert {_active_slots(lock_name(d)) for d in ("lockheld", "lockother")} == {0}
+    assert {active_slots(lock_name(d)) for d in ("lockheld", "lockother")} == {0}
 
 
-def test_a_failed_retrain_releases_its_dataset(project, prefect_harness, stages) -> None:
+def test_a_failed_retrain_releases_its_dataset(
+    project, prefect_harness, stages, active_slots
+) -> None:
     from flows.lock import lock_name
 
     stages.fail.add("lockfail")
     # a slot left taken would make the next run time out after 5 s, not wait a day
     with pytest.raises(RuntimeError, match="stage of lockfail failed"):
         _retrain(project, "lockfail", "orchestration.lock_timeout_s=5")()
-    assert _active_slots(lock_name("lockfail")) == 0
+    assert active_slots(lock_name("lockfail")) == 0
     stages.fail.clear()
     _retrain(project, "lockfail", "orchestration.lock_timeout_s=5")()
     assert stages.events[-2:] == [("lockfail", "start"), ("lockfail", "end")]
 
 
-def test_an_interrupted_holder_releases_the_lock(prefect_harness) -> None:
+def test_an_interrupted_holder_releases_the_lock(prefect_harness, active_slots) -> None:
     """Cancelling a run (the worker's SIGTERM) or Ctrl-C unwinds as a BaseException."""
     from flows.lock import dataset_lock, lock_name
 
@@ -172,9 +174,9 @@ def test_an_interrupted_holder_releases_the_lock(prefect_harness) -> None:
         pass
 
     with pytest.raises(Interrupted), dataset_lock("lockint", timeout_s=5):
-        assert _active_slots(lock_name("lockint")) == 1
+        assert active_slots(lock_name("lockint")) == 1
         raise Interrupted
-    assert _active_slots(lock_name("lockint")) == 0
+    assert active_slots(lock_name("lockint")) == 0
 
 
 def test_waiting_longer_than_the_timeout_names_the_limit_and_the_fix(prefect_harness) -> None:
@@ -261,10 +263,3 @@ def test_without_a_prefect_server_no_lock_is_taken(monkeypatch) -> None:
     monkeypatch.setattr("flows.lock.get_client", no_api)
     with temporary_settings(restore_defaults={PREFECT_API_URL}), dataset_lock("local", timeout_s=1):
         pass
-
-
-def _active_slots(name: str) -> int:
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        return client.read_global_concurrency_limit_by_name(name).active_slots

@@ -68,19 +68,13 @@ def compose_lease_settings() -> dict[str, str]:
     }
 
 
-def active_slots(name: str) -> int:
-    """The limit's taken slots (0 until the first run of the dataset creates it)."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            return client.read_global_concurrency_limit_by_name(name).active_slots
-        except ObjectNotFound:
-            return 0
-
-
-def wait_for_slots(name: str, count: int, deadline: float, logs: Callable[[], str]) -> float:
+def wait_for_slots(
+    active_slots: Callable[[str], int],
+    name: str,
+    count: int,
+    deadline: float,
+    logs: Callable[[], str],
+) -> float:
     """Until the limit counts ``count`` taken slots; returns when (``time.monotonic()``)."""
     while (seen := active_slots(name)) != count:
         assert time.monotonic() < deadline, f"{name}: {seen} slot(s) taken, not {count}\n{logs()}"
@@ -89,7 +83,7 @@ def wait_for_slots(name: str, count: int, deadline: float, logs: Callable[[], st
 
 
 def test_slot_of_a_dead_run_is_freed_after_a_server_restart(
-    tmp_path: Path, processes, free_port
+    tmp_path: Path, processes, free_port, active_slots
 ) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -119,7 +113,7 @@ def test_slot_of_a_dead_run_is_freed_after_a_server_restart(
 
     with temporary_settings(updates={PREFECT_API_URL: api}):
         # the lease is made with the slot, so it runs out at most LEASE_S from here
-        taken = wait_for_slots(name, 1, time.monotonic() + 60, processes.tails)
+        taken = wait_for_slots(active_slots, name, 1, time.monotonic() + 60, processes.tails)
         processes.kill("holder")
         processes.stop("prefect-server")
         # in PREFECT_HOME, which docker-compose.yml keeps on a volume
@@ -132,4 +126,4 @@ def test_slot_of_a_dead_run_is_freed_after_a_server_restart(
         restarted = time.monotonic()
         assert restarted < taken + LEASE_S, "the restart outlasted the lease: nothing to show"
         assert active_slots(name) == 1, "the restart itself freed the slot"
-        wait_for_slots(name, 0, taken + LEASE_S + GRACE_S, processes.tails)
+        wait_for_slots(active_slots, name, 0, taken + LEASE_S + GRACE_S, processes.tails)
