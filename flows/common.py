@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from prefect import Task, get_run_logger
 from prefect.exceptions import MissingContextError
+from prefect.settings import PREFECT_API_URL
 
 from sidrec.config import Settings
 from sidrec.stage import STAGES, Stage, StageResult, reaches
@@ -59,3 +61,36 @@ def run_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
         return get_run_logger()
     except MissingContextError:
         return log
+
+
+def start_local_api() -> Callable[[], None]:
+    """Start Prefect's temporary local API now, when no server is set (``PREFECT_API_URL``), and
+    return the function that waits until it answers (raising what its start raised).
+
+    Without a server the first flow run starts that API (a uvicorn subprocess, Prefect's
+    ``SubprocessASGIServer``) and waits for it: 10-20 s on 2 cores. Started here, in a thread,
+    the subprocess boots while this process goes on importing the stages (`sidrec pipeline`:
+    ~7 s sooner); the flow run then finds it running, as the server is one per process. Its
+    module is imported here, not in the thread, so that two threads never import at once."""
+    if PREFECT_API_URL.value():
+        return lambda: None
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server.start()
+        except BaseException as exc:  # re-raised by wait(), in the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=start, name="prefect-local-api", daemon=True)
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+
+    return wait

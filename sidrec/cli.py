@@ -339,7 +339,13 @@ def pipeline(
         require_one_process("`sidrec pipeline`")  # before Prefect starts
         opts.settings()  # fail fast on bad config, before starting Prefect
         _quiet_expected_errors(opts.debug)
-        from flows.retrain import retrain
+        from flows.common import start_local_api
+
+        api_ready = start_local_api()  # boots while the stages' libraries import
+        try:
+            from flows.retrain import retrain
+        finally:
+            api_ready()  # also on a failed import: the server's exit hook is then in place
 
         results = retrain(
             config_path=str(opts.config), overrides=opts.overrides(), until=cast(Stage, until)

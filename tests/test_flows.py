@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from flows.data import prepare_data
 
 
@@ -217,3 +219,41 @@ def test_ingest_retries_io_failures_but_never_bad_input(
     with pytest.raises(OSError, match="disk went away"):
         only_ingest(settings)
     assert calls == ["OSError"] * 3  # the first try and its 2 retries
+
+
+def test_no_local_api_is_started_beside_a_set_server(monkeypatch):
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.common import start_local_api
+
+    def refuse(self, timeout=None):
+        raise AssertionError("a local API was started although PREFECT_API_URL is set")
+
+    monkeypatch.setattr(SubprocessASGIServer, "start", refuse)
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        start_local_api()()
+
+
+def test_the_local_api_starts_in_the_background_and_its_failure_reaches_the_caller(monkeypatch):
+    import threading
+
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.common import start_local_api
+
+    started = []
+
+    def start(self, timeout=None):
+        started.append((self, threading.current_thread().name))
+        raise RuntimeError("no free port")
+
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        wait = start_local_api()
+        with pytest.raises(RuntimeError, match="no free port"):
+            wait()
+    ((server, thread),) = started
+    assert thread == "prefect-local-api"  # not the caller's thread
+    assert server is SubprocessASGIServer()  # the one instance a flow run's client starts
