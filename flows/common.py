@@ -71,7 +71,8 @@ def start_local_api() -> Callable[[], None]:
     ``SubprocessASGIServer``) and waits for it: 10-20 s on 2 cores. Started here, in a thread,
     the subprocess boots while this process goes on importing the stages (`sidrec pipeline`:
     ~7 s sooner); the flow run then finds it running, as the server is one per process. Its
-    module is imported here, not in the thread, so that two threads never import at once."""
+    module is imported here, not in the thread: the thread's start then imports next to nothing
+    (one codec) while this process imports the stages."""
     if PREFECT_API_URL.value():
         return lambda: None
     from prefect.server.api.server import SubprocessASGIServer
