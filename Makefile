@@ -25,7 +25,8 @@ run: $(STAMP)
 	$(BIN)/sidrec pipeline
 
 ## Lint, type-check, then the whole test suite (fast and slow), as CI does, on 2 workers
-## (pytest-xdist; the tests of one session-trained model share a worker: --dist loadgroup).
+## (pytest-xdist; --dist loadgroup is meant to give the tests of one session-trained model one
+## worker, which pytest 9.2 defeats: README, Testing).
 test: $(STAMP) lint
 	$(BIN)/pytest -m 'slow or not slow' --durations=15 -n 2 --dist loadgroup
 

@@ -691,9 +691,11 @@ tests away from the others would build such a fixture twice."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (`make test`) the tests of the session's SFT
-    model run on one worker, which trains it once, and the slow tests of ``LONGEST_FIRST`` are
-    handed out first."""
+    """Under pytest-xdist (`make test`) the slow tests of ``LONGEST_FIRST`` are handed out first,
+    and the tests of the session's SFT model are marked to run on one worker, which would train
+    it once. The mark does not group them today: xdist 3.8's ``--dist loadgroup`` writes the
+    group into ``item._nodeid``, which pytest 9.2 no longer reads, so each worker that runs one
+    trains the model (README, Testing)."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             if "trained" in getattr(item, "fixturenames", ()):
