@@ -194,15 +194,24 @@ def incremental_codes(
     for row in np.flatnonzero(known):
         raw[row] = previous[ids[row]]
     if width > quantizer.levels:  # the map has a disambiguation level: new items take free indices
-        levels = quantizer.levels
-
-        def costs(rows: np.ndarray) -> np.ndarray:
-            return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
-
-        _extend_extra_level(raw, known, levels, settings.sids.codebook_size, costs)
+        costs = _last_level_costs(quantizer, emb, raw)
+        _extend_extra_level(raw, known, quantizer.levels, settings.sids.codebook_size, costs)
     cfg = settings.sids
     facts = {"new_items": int((~known).sum())}
     return Codes(raw, quantizer, False, cfg.method, "incremental", cfg.codebook_size, facts, known)
+
+
+def _last_level_costs(
+    quantizer: Quantizer, emb: np.ndarray, raw: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``costs(rows)``: the quantizer's distances from those rows' embeddings to every code of
+    their SID's last level (under the rows' own prefix in ``raw``), for moving an item there."""
+    levels = quantizer.levels
+
+    def costs(rows: np.ndarray) -> np.ndarray:
+        return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
+
+    return costs
 
 
 def _extend_extra_level(
@@ -249,11 +258,7 @@ def resolve(codes: Codes, emb: np.ndarray) -> Any:
     quantizer, raw = codes.quantizer, codes.raw
     costs = None
     if quantizer is not None and raw.shape[1] == quantizer.levels:
-        levels = quantizer.levels
-
-        def costs(rows: np.ndarray) -> np.ndarray:
-            return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
-
+        costs = _last_level_costs(quantizer, emb, raw)
     try:
         return resolve_collisions(
             raw,
