@@ -25,8 +25,9 @@ run: $(STAMP)
 	$(BIN)/sidrec pipeline
 
 ## Lint, type-check, then the whole test suite (fast and slow), as CI does, on 2 workers
-## (pytest-xdist; --dist loadgroup is meant to give the tests of one session-trained model one
-## worker, which pytest 9.2 defeats: README, Testing).
+## (pytest-xdist; --dist loadgroup, with no groups, hands the tests out one at a time in the
+## order tests/conftest.py sorts them, the longest first; --dist load pre-assigns batches and
+## put all four minute-long tests on one worker: README, Testing).
 test: $(STAMP) lint
 	$(BIN)/pytest -m 'slow or not slow' --durations=15 -n 2 --dist loadgroup
 

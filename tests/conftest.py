@@ -691,15 +691,13 @@ tests away from the others would build such a fixture twice."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`) the slow tests of ``LONGEST_FIRST`` are handed out first,
-    and the tests of the session's SFT model are marked to run on one worker, which would train
-    it once. The mark does not group them today: xdist 3.8's ``--dist loadgroup`` writes the
-    group into ``item._nodeid``, which pytest 9.2 no longer reads, so each worker that runs one
-    trains the model (README, Testing)."""
+    """Under pytest-xdist (`make test`) the slow tests of ``LONGEST_FIRST`` are handed out first.
+
+    The tests of the session's SFT model (``trained``) are not kept on one worker: each worker
+    that runs one builds the model once (16-20 s on a fast machine). Grouping them on one worker
+    (pytest 9.1 with xdist's ``--dist loadgroup``; pytest 9.2 ignores its groups) saved that
+    build but not a second of the suite (README, Testing), so they are spread like the rest."""
     if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if "trained" in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group("trained"))
 
         def rank(item: pytest.Item) -> int:
             path = item.nodeid.split("::")[0]

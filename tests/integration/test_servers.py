@@ -136,7 +136,6 @@ def test_retrain_manual_deployment_on_real_servers(
     processes,
     free_port,
     s3_store,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from mlflow import MlflowClient
     from prefect.client.orchestration import get_client
@@ -258,8 +257,13 @@ def test_retrain_manual_deployment_on_real_servers(
 
     stored = [key for key in s3_store.keys(mlflow_bucket) if key.endswith("/MLmodel")]
     assert stored and all(key.startswith("artifacts/") for key in stored), stored
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)  # models:/ resolves in the default registry
-    uri = f"models:/{name}@champion"
-    local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "champion")))
+    # the champion's files by their location on the server, not by `models:/`, which MLflow
+    # resolves in its process-wide registry (whatever an earlier test set it to, not this server)
+    location = mlflow_client.get_model_version_download_uri(name, champion.version)
+    local = Path(
+        mlflow.artifacts.download_artifacts(
+            location, dst_path=str(tmp_path / "champion"), tracking_uri=tracking
+        )
+    )
     objects = [s3_store.get(mlflow_bucket, key) for key in stored]
     assert (local / "MLmodel").read_bytes() in objects
