@@ -39,7 +39,9 @@ approximate: the stage's ``train_seconds`` (training and its validations) spread
 optimizer steps, so the validation after step t sits at t / steps × train_seconds.
 
 Writes ``metrics/quality.json`` (the tables' numbers and the machine of the runs) and the plot
-``docs/img/quality-valid-ndcg.png``, and logs both to an MLflow run ``bench-quality``.
+``docs/img/quality-valid-ndcg.png``, and logs both to an MLflow run ``bench-quality``. With
+``--output FILE`` the plot is ``FILE``'s name with ``-valid-ndcg.png`` beside it instead, so a
+side run leaves the README's files as they are.
 """
 
 from __future__ import annotations
@@ -441,11 +443,17 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def plot_path(output: Path | None) -> Path:
+    """Where the SFT curves go: the README's image, or beside an ``--output`` file of one's own."""
+    return PLOT if output is None else output.with_name(f"{output.stem}-valid-ndcg.png")
+
+
 def main() -> None:
     args = bench_args(__doc__, _options)
     workdir = args.workdir.resolve()
     overrides = [f"embed.cache_dir={workdir / 'cache'}", *args.overrides]
     output = args.output or REPO / load_settings(REPO / "params.yaml").paths.metrics("quality")
+    plot = plot_path(args.output)
     if not args.skip_run:
         for preset in args.presets:  # a bad preset, objective or --set fails before training
             run = run_overrides(preset, args.seeds[0], overrides)
@@ -472,9 +480,9 @@ def main() -> None:
     report["overrides"] = args.overrides
     artifacts = [output]
     if report["objectives"]:
-        plot_curves(report["objectives"], PLOT)
-        report["plot"] = shown(PLOT)
-        artifacts.append(PLOT)
+        plot_curves(report["objectives"], plot)
+        report["plot"] = shown(plot)
+        artifacts.append(plot)
     atomic_write_json(output, report)
     print(tables(report))
     log_stage(

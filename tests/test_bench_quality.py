@@ -24,9 +24,11 @@ from bench.common import (
 )
 from bench.quality import (
     BEST,
+    PLOT,
     build_report,
     objective_folder,
     plot_curves,
+    plot_path,
     run_folder,
     tables,
     tracked_metrics,
@@ -254,6 +256,11 @@ def test_sft_curves_spread_train_seconds_over_the_steps(tmp_path: Path, runs: An
     plot = tmp_path / "img" / "curves.png"
     plot_curves({"default": curves}, plot)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_of_ones_own_gets_its_plot_beside_it_not_the_readmes() -> None:
+    assert plot_path(None) == PLOT  # the default report: the README's image
+    assert plot_path(Path("bench/runs/q678.json")) == Path("bench/runs/q678-valid-ndcg.png")
 
 
 def test_a_missing_or_unfinished_run_folder_is_a_clear_error(tmp_path: Path, runs: Any) -> None:
