@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -60,6 +61,19 @@ if (_workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))) > 1:
 
 Sections = Mapping[str, Mapping[str, Any]]
 """``{section: {key: value}}``: keys of params.yaml to replace."""
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_uri_from_the_environment() -> Iterator[None]:
+    """After each test MLflow forgets the tracking URI the code under test set
+    (`mlflow.set_tracking_uri`, which also rewrites ``MLFLOW_TRACKING_URI``): it would outlive the
+    test and, being process-wide, win over a later test's environment in the same worker."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if (mlflow := sys.modules.get("mlflow")) is not None:
+        mlflow.set_tracking_uri(None)  # unsets the variable too
+    if before is not None:
+        os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 # ---------------------------------------------------------------- the project and its settings
@@ -275,7 +289,6 @@ def sidrec_subprocess_env() -> Callable[[Path], dict[str, str]]:
 
 def _run_sidrec(work: Path, args: list[str]) -> str:
     import subprocess
-    import sys
 
     proc = subprocess.run(
         [sys.executable, "-m", "sidrec", *args],
