@@ -707,7 +707,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (`make test`) the slow tests of ``LONGEST_FIRST`` are handed out first.
 
     The tests of the session's SFT model (``trained``) are not kept on one worker: each worker
-    that runs one builds the model once (16-20 s on a fast machine). Grouping them on one worker
+    that runs one builds the model once (13-21 s on a fast machine). Grouping them on one worker
     (pytest 9.1 with xdist's ``--dist loadgroup``; pytest 9.2 ignores its groups) saved that
     build but not a second of the suite (README, Testing), so they are spread like the rest."""
     if config.pluginmanager.hasplugin("xdist"):

@@ -257,8 +257,8 @@ def test_retrain_manual_deployment_on_real_servers(
 
     stored = [key for key in s3_store.keys(mlflow_bucket) if key.endswith("/MLmodel")]
     assert stored and all(key.startswith("artifacts/") for key in stored), stored
-    # the champion's files by their location on the server, not by `models:/`, which MLflow
-    # resolves in its process-wide registry (whatever an earlier test set it to, not this server)
+    # the champion's files by their location on this server, named outright: `models:/` would
+    # resolve in MLflow's process-wide registry, whatever the process last set it to
     location = mlflow_client.get_model_version_download_uri(name, champion.version)
     local = Path(
         mlflow.artifacts.download_artifacts(
