@@ -13,7 +13,10 @@
    last code first (the closest claimant keeps a contested code): a prefix group holds up to
    K·K items. Only a larger group is an error (``CatalogTooLarge``, naming the prefix).
 
-Items listed in ``fixed`` (incremental mode) never change their codes.
+Items listed in ``fixed`` (incremental mode) never change their codes. Where the map they
+come from has an extra level already (``held``: their indices on it), step 1 is skipped and
+every other item takes the lowest index its SID has free, then, past K, a free pair of its
+prefix group as above: full builds and incremental extensions place items by the same code.
 """
 
 from __future__ import annotations
@@ -49,20 +52,26 @@ def resolve_collisions(
     codebook_size: int,
     last_level_costs: CostFn | None,
     fixed: np.ndarray | None = None,
+    held: np.ndarray | None = None,
     allow_extra_level: bool = True,
 ) -> Resolution:
+    """``held``: the fixed rows' indices on an extra level their map already has (other rows'
+    values are ignored); the result then always has the extra level."""
     given = np.asarray(codes)
     codes = np.array(given, dtype=np.int64, copy=True)
     fixed = np.zeros(len(codes), dtype=bool) if fixed is None else np.asarray(fixed, dtype=bool)
+    if held is not None:
+        held = np.where(fixed, np.asarray(held, dtype=np.int64), 0)
+        assert held.max(initial=0) < codebook_size, "held indices must be below codebook_size"
     reassigned = 0
-    if last_level_costs is not None:
+    if last_level_costs is not None and held is None:
         reassigned = _reassign_last_level(codes, codebook_size, last_level_costs, fixed)
     groups = _group_ids(codes)
-    if len(np.unique(groups)) == len(codes):
+    if held is None and len(np.unique(groups)) == len(codes):
         return Resolution(codes, reassigned, extra_level=False)
     if not allow_extra_level:
         raise CatalogTooLarge("SIDs still collide and an extra level is not allowed")
-    extra, spread = _extra_level(codes, groups, given, codebook_size, last_level_costs, fixed)
+    extra, spread = _extra_level(codes, groups, given, codebook_size, last_level_costs, fixed, held)
     return Resolution(np.column_stack([codes, extra]), reassigned + spread, extra_level=True)
 
 
@@ -148,16 +157,14 @@ def _extra_level(
     k: int,
     costs: CostFn | None,
     fixed: np.ndarray,
+    held: np.ndarray | None,
 ) -> tuple[np.ndarray, int]:
     """The extra level's index of every item, and how many items moved to another last code.
 
-    Each item's index within its SID group (fixed items first, then row order), as in TIGER;
-    items past the k indices of their SID (moves ``codes`` in place) spread over their prefix
-    group's free (last code, index) pairs."""
-    order = np.lexsort((~fixed, groups))
-    extra = np.empty(len(codes), dtype=np.int64)
-    extra[order] = _rank_in_runs(groups[order])
-    largest = int(extra.max()) + 1
+    Each item's index within its SID group (``_indices``), as in TIGER; items past the k
+    indices of their SID (moves ``codes`` in place) spread over their prefix group's free
+    (last code, index) pairs."""
+    extra = _indices(groups, fixed, held)
     overflow = np.flatnonzero(extra >= k)
     if fixed[overflow].any():
         row = overflow[fixed[overflow]][0]
@@ -170,10 +177,33 @@ def _extra_level(
         _spread(codes, extra, overflow, given, k, costs)
     log.info(
         "appended a disambiguation level (largest SID group: %d items, %d moved to free codes)",
-        largest,
+        int(np.bincount(groups).max()),
         len(overflow),
     )
     return extra, len(overflow)
+
+
+def _indices(groups: np.ndarray, fixed: np.ndarray, held: np.ndarray | None) -> np.ndarray:
+    """Each item's index within its SID group (``groups``), possibly k or more. Fixed items
+    keep their ``held`` index or, without one, come first (0, 1, … in row order); the others
+    take, in row order, the lowest indices that no fixed item of their SID holds."""
+    order = np.lexsort((~fixed, groups))
+    extra = np.empty(len(groups), dtype=np.int64)
+    extra[order] = _rank_in_runs(groups[order])
+    if held is None:
+        return extra
+    # a free item's rank r among its SID's free items, and its SID's held indices u_0 < u_1 <
+    # …: the r-th index no u takes is r + #{j : u_j - j <= r} (u_j - j indices are free below u_j)
+    rank = extra - np.bincount(groups[fixed], minlength=groups.max() + 1)[groups]
+    by_held = np.lexsort((held[fixed], groups[fixed]))
+    g, u = groups[fixed][by_held], held[fixed][by_held]
+    span = len(groups) + int(held.max()) + 1  # above every r and every u_j - j
+    keys = g * span + (u - _rank_in_runs(g))
+    free = ~fixed
+    below = np.searchsorted(keys, groups[free] * span + rank[free], side="right")
+    extra[free] = rank[free] + below - np.searchsorted(keys, groups[free] * span)
+    extra[fixed] = held[fixed]
+    return extra
 
 
 def _spread(
@@ -185,8 +215,8 @@ def _spread(
     costs: CostFn | None,
 ) -> None:
     """Move the ``overflow`` items to free (last code, index) pairs of their own prefix group,
-    nearest last code first (by ``costs``; without them, the lowest free code); a Python loop
-    over the overflowing prefix groups only."""
+    nearest last code first (by ``costs``; without them, the lowest free code), the lowest free
+    index of that code; a Python loop over the overflowing prefix groups only."""
     assert codes[:, -1].max() < k, "last-level codes must be below codebook_size"
     prefix = _prefix_ids(codes)
     order = np.argsort(prefix, kind="stable")
@@ -195,19 +225,21 @@ def _spread(
         lo, hi = np.searchsorted(sorted_prefix, [p, p + 1])
         members = order[lo:hi]  # row order
         movers = members[extra[members] >= k]
-        # a SID's items hold indices 0..count-1 of its last code: the rest of the code is free
-        used = np.bincount(codes[members[extra[members] < k], -1], minlength=k)
         if len(members) > k * k:
             raise _too_large(given[members], k)
+        staying = members[extra[members] < k]
+        taken = np.zeros((k, k), dtype=bool)  # (last code, index) pairs held by staying items
+        taken[codes[staying, -1], extra[staying]] = True
         cost = (
             _costs_in_chunks(costs, movers)
             if costs is not None
             else np.zeros((len(movers), k), dtype=np.float64)
         )
-        last = _nearest_with_room(cost, k - used)
+        last = _nearest_with_room(cost, k - taken.sum(axis=1))
+        free = np.argsort(taken, axis=1, kind="stable")  # per code: its free indices, lowest first
         by_code = np.argsort(last, kind="stable")
         codes[movers, -1] = last
-        extra[movers[by_code]] = used[last[by_code]] + _rank_in_runs(last[by_code])
+        extra[movers[by_code]] = free[last[by_code], _rank_in_runs(last[by_code])]
 
 
 def _nearest_with_room(cost: np.ndarray, room: np.ndarray) -> np.ndarray:

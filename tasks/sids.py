@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from models.collisions import CatalogTooLarge, resolve_collisions
+from models.collisions import CatalogTooLarge, CostFn, resolve_collisions
 from models.quantizer import Quantizer, SavedQuantizer, load_quantizer, save_quantizer
 from models.sid import collision_stats, read_minionerec_index, read_sid_map
 from sidrec.config import Settings, SidsConfig
@@ -185,7 +185,10 @@ def imported_codes(cfg: SidsConfig, ids: list[str]) -> Codes:
 def incremental_codes(
     settings: Settings, ids: list[str], emb: np.ndarray, quantizer: Quantizer
 ) -> Codes:
-    """Items of the previous map keep their SIDs; new items are coded by the saved quantizer."""
+    """Items of the previous map keep their SIDs; new items are coded by the saved quantizer.
+
+    Where the map has a disambiguation level, the known items' indices on it come as the last
+    column (new items: 0 until ``resolve`` gives them theirs)."""
     previous = read_sid_map(settings.paths.sid_map)
     known = np.array([i in previous for i in ids])
     width = len(next(iter(previous.values())))
@@ -193,83 +196,40 @@ def incremental_codes(
     raw[:, : quantizer.levels] = quantizer.encode(emb)
     for row in np.flatnonzero(known):
         raw[row] = previous[ids[row]]
-    if width > quantizer.levels:  # the map has a disambiguation level: new items take free indices
-        costs = _last_level_costs(quantizer, emb, raw)
-        _extend_extra_level(raw, known, quantizer.levels, settings.sids.codebook_size, costs)
     cfg = settings.sids
     facts = {"new_items": int((~known).sum())}
     return Codes(raw, quantizer, False, cfg.method, "incremental", cfg.codebook_size, facts, known)
 
 
-def _last_level_costs(
-    quantizer: Quantizer, emb: np.ndarray, raw: np.ndarray
-) -> Callable[[np.ndarray], np.ndarray]:
-    """``costs(rows)``: the quantizer's distances from those rows' embeddings to every code of
-    their SID's last level (under the rows' own prefix in ``raw``), for moving an item there."""
-    levels = quantizer.levels
-
-    def costs(rows: np.ndarray) -> np.ndarray:
-        return quantizer.last_level_distances(emb[rows], raw[rows, :levels])
-
-    return costs
-
-
-def _extend_extra_level(
-    raw: np.ndarray,
-    known: np.ndarray,
-    levels: int,
-    k: int,
-    costs: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> None:
-    """New items get the smallest extra-level index below ``k`` unused by the items of their
-    SID; where all ``k`` are taken (more than k identical items), a free index under another
-    last code of the same prefix, nearest first by ``costs`` (the quantizer's last-level
-    distances), else the lowest such code."""
-    used: dict[tuple[int, ...], set[int]] = {}
-    for row in np.flatnonzero(known):
-        used.setdefault(tuple(raw[row, :levels]), set()).add(int(raw[row, -1]))
-
-    def free(sid: tuple[int, ...]) -> int | None:
-        taken = used.get(sid, set())
-        return next((i for i in range(k) if i not in taken), None)
-
-    for row in np.flatnonzero(~known):
-        sid = tuple(int(c) for c in raw[row, :levels])
-        index = free(sid)
-        if index is None:
-            nearest = np.argsort(costs(np.array([row]))[0], kind="stable") if costs else range(k)
-            for code in nearest:
-                if (index := free((*sid[:-1], int(code)))) is not None:
-                    sid = (*sid[:-1], int(code))
-                    break
-            else:
-                raise ConfigError(
-                    f"sids: the new item on row {row} has the SID prefix {sid[:-1]}, whose "
-                    f"{k}x{k} (last code, extra index) pairs are all taken; run a full rebuild "
-                    "(sids.incremental=false)"
-                )
-        raw[row, levels - 1], raw[row, -1] = sid[-1], index
-        used.setdefault(sid, set()).add(index)
-
-
 def resolve(codes: Codes, emb: np.ndarray) -> Any:
     """Unique SIDs: colliding items move to free last-level codes (cheapest by the quantizer's
-    distances), or get an extra level when that cannot suffice and no SID is fixed."""
+    distances), or get an extra level when that cannot suffice and no SID is fixed. On a map
+    with an extra level already, new items take free indices on it (``resolve_collisions``)."""
     quantizer, raw = codes.quantizer, codes.raw
-    costs = None
-    if quantizer is not None and raw.shape[1] == quantizer.levels:
-        costs = _last_level_costs(quantizer, emb, raw)
+    held = None
+    if codes.fixed is not None and quantizer is not None and raw.shape[1] > quantizer.levels:
+        raw, held = raw[:, : quantizer.levels], raw[:, -1]
+    costs: CostFn | None = None
+    if quantizer is not None:  # an item's distances to every code of its SID's last level
+        costs = partial(_last_level_distances, quantizer, emb, raw)
     try:
         return resolve_collisions(
             raw,
             codebook_size=codes.codebook_size,
             last_level_costs=costs,
             fixed=codes.fixed,
-            allow_extra_level=codes.fixed is None,
+            held=held,
+            allow_extra_level=codes.fixed is None or held is not None,
         )
     except CatalogTooLarge as exc:
         hint = "; run a full rebuild (sids.incremental=false)" if codes.fixed is not None else ""
         raise ConfigError(f"sids: {exc}{hint}") from None
+
+
+def _last_level_distances(
+    quantizer: Quantizer, emb: np.ndarray, raw: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    return quantizer.last_level_distances(emb[rows], raw[rows, : quantizer.levels])
 
 
 def sids(settings: Settings) -> StageResult:

@@ -86,6 +86,34 @@ def test_more_duplicate_texts_than_codes_get_an_extra_level(
     assert (final[:20, :2] == final[0, :2]).all()  # the duplicates keep their first codes
 
 
+def test_incremental_runs_give_new_duplicates_free_pairs_of_the_extra_level(
+    project, sids_settings, write_validated_catalog, write_embeddings, files_under
+):
+    settings = sids_settings(embedding="text")
+    ids = write_validated_catalog(settings, N_ITEMS)
+    emb = _clustered_embeddings(N_ITEMS, duplicates=19)
+    write_embeddings(settings, emb, ids)
+    sids(settings)
+    before = read_sid_map(settings.paths.sid_map)
+    # three more copies of item 0: its SID (20 items) and its prefix's other codes take them
+    new_ids = write_validated_catalog(settings, N_ITEMS + 3)
+    write_embeddings(settings, np.concatenate([emb, emb[[0, 0, 0]]]), new_ids)
+    result = sids(sids_settings(embedding="text", incremental=True))
+    after = read_sid_map(settings.paths.sid_map)
+    final = np.array(list(after.values()))
+    assert {k: after[k] for k in before} == before and result.metrics["extra_level"]
+    assert final.shape == (N_ITEMS + 3, 4) and final.max() < 8
+    assert collision_stats(final).collision_rate == 0.0
+    assert all(after[i][:2] == before[ids[0]][:2] for i in new_ids[N_ITEMS:])
+    # 64 copies more overflow the prefix's 8 x 8 pairs: refused, the map kept
+    kept = files_under("data/sids")
+    many = write_validated_catalog(settings, N_ITEMS + 67)
+    write_embeddings(settings, np.concatenate([emb, emb[[0] * 67]]), many)
+    with pytest.raises(ConfigError, match=r"more than the 8x8 = 64 .* run a full rebuild"):
+        sids(sids_settings(embedding="text", incremental=True))
+    assert files_under("data/sids") == kept
+
+
 def test_incremental_mode_keeps_existing_sids(
     catalog, write_embeddings, write_validated_catalog, sids_settings
 ):
@@ -407,33 +435,3 @@ def test_a_codebook_that_cannot_code_the_catalog_is_a_config_error(
     with pytest.raises(ConfigError, match=match):
         check_capacity(n_items, cfg)
     check_capacity(fits, cfg)  # the bound itself is fine
-
-
-def test_new_items_take_free_extra_level_indices_and_known_sids_stay():
-    from tasks.sids import _extend_extra_level
-
-    # 2 levels + a disambiguation level: (1, 2) holds indices 0 and 2, (3, 3) holds 0
-    raw = np.array([[1, 2, 0], [1, 2, 2], [3, 3, 0], [1, 2, 9], [1, 2, 9], [5, 5, 9]])
-    known = np.array([True, True, True, False, False, False])
-    before = raw[known].copy()
-    _extend_extra_level(raw, known, levels=2, k=16)
-    assert (raw[known] == before).all()  # existing SIDs never move
-    assert raw[3:, -1].tolist() == [1, 3, 0]  # the smallest free index per prefix
-    assert len({tuple(r) for r in raw.tolist()}) == len(raw)
-
-
-def test_a_new_item_on_a_full_sid_takes_a_free_index_of_another_last_code():
-    from tasks.sids import _extend_extra_level
-
-    # k = 2: SID (1, 2) holds indices 0 and 1; (1, 0) holds 0; the prefix 1 has room left
-    raw = np.array([[1, 2, 0], [1, 2, 1], [1, 0, 0], [1, 2, 9], [1, 2, 9], [1, 2, 9]])
-    known = np.array([True, True, True, False, False, False])
-
-    def costs(rows):  # last code 0 is the nearest to every new item, then 1
-        return np.tile([0.0, 1.0], (len(rows), 1))
-
-    _extend_extra_level(raw, known, levels=2, k=2, costs=costs)
-    assert raw[3:].tolist() == [[1, 0, 1], [1, 1, 0], [1, 1, 1]]  # every code stays below k
-    full = np.array([[1, 0, 0], [1, 0, 1], [1, 1, 0], [1, 1, 1], [1, 1, 9]])
-    with pytest.raises(ConfigError, match=r"the SID prefix \(1,\), whose 2x2 .* full rebuild"):
-        _extend_extra_level(full, np.array([True] * 4 + [False]), levels=2, k=2)

@@ -161,3 +161,71 @@ def test_prefix_groups_of_exactly_k_squared_duplicates_fill_every_pair(with_cost
         res = resolve_collisions(codes, codebook_size=4, last_level_costs=costs)
         assert collision_stats(res.codes).collision_rate == 0.0
         assert res.codes.max() < 4 and (res.codes[:, 0] == codes[:, 0]).all()
+
+
+def test_new_items_take_free_extra_level_indices_and_known_sids_stay():
+    # 2 levels + a disambiguation level: (1, 2) holds indices 0 and 2, (3, 3) holds 0
+    codes = np.array([[1, 2], [1, 2], [3, 3], [1, 2], [1, 2], [5, 5]])
+    held = np.array([0, 2, 0, 9, 9, 9])  # the new rows' values are never read
+    known = np.array([True, True, True, False, False, False])
+    res = resolve_collisions(codes, codebook_size=16, last_level_costs=None, fixed=known, held=held)
+    assert res.extra_level and res.reassigned == 0
+    assert res.codes[known].tolist() == [[1, 2, 0], [1, 2, 2], [3, 3, 0]]  # known SIDs never move
+    assert res.codes[3:, -1].tolist() == [1, 3, 0]  # the lowest free index per SID
+    assert len({tuple(r) for r in res.codes.tolist()}) == len(codes)
+
+
+def test_a_new_item_on_a_full_sid_takes_a_free_index_of_another_last_code():
+    # k = 3: SID (1, 2) holds indices 0, 1 and 2; (1, 0) holds 1; the prefix 1 has room left
+    codes = np.array([[1, 2], [1, 2], [1, 2], [1, 0], [1, 2], [1, 2], [1, 2]])
+    held = np.array([0, 1, 2, 1, 0, 0, 0])
+    known = np.array([True] * 4 + [False] * 3)
+
+    def costs(rows):  # last code 0 is the nearest to every new item, then 1, then 2
+        return np.tile([0.0, 1.0, 2.0], (len(rows), 1))
+
+    res = resolve_collisions(codes, codebook_size=3, last_level_costs=costs, fixed=known, held=held)
+    # code 0's free indices, lowest first, then code 1's
+    assert res.codes[4:].tolist() == [[1, 0, 0], [1, 0, 2], [1, 1, 0]] and res.reassigned == 3
+    assert res.codes[known].tolist() == [[1, 2, 0], [1, 2, 1], [1, 2, 2], [1, 0, 1]]
+    full = np.array([[1, 0], [1, 0], [1, 1], [1, 1], [1, 1]])
+    with pytest.raises(CatalogTooLarge, match=r"5 items share the SID prefix \(1,\): more than"):
+        resolve_collisions(
+            full,
+            codebook_size=2,
+            last_level_costs=None,
+            fixed=np.array([True] * 4 + [False]),
+            held=np.array([0, 1, 0, 1, 0]),
+        )
+
+
+def test_random_extensions_of_a_map_with_an_extra_level_keep_it_and_stay_unique():
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        k, levels = int(rng.integers(2, 5)), int(rng.integers(1, 3))
+        codes = rng.integers(0, k, size=(int(rng.integers(k * k // 2 + 1, 16)), levels))
+        try:  # a map with an extra level (k**levels codes of k**levels + 1 items collide)
+            full = resolve_collisions(codes, codebook_size=k, last_level_costs=None).codes
+        except CatalogTooLarge:
+            continue
+        if full.shape[1] == levels:
+            continue
+        known = full[rng.random(len(full)) < 0.6]
+        new = rng.integers(0, k, size=(int(rng.integers(1, 8)), levels))
+        merged = np.vstack([known[:, :-1], new])
+        fixed = np.arange(len(merged)) < len(known)
+        held = np.r_[known[:, -1], np.zeros(len(new), dtype=int)]
+        costs = _costs_from(rng.random((len(merged), k)))
+        prefixes = np.unique(merged[:, :-1], axis=0, return_counts=True)[1]
+        if prefixes.max() > k * k:  # more items on one prefix than its (last code, index) pairs
+            with pytest.raises(CatalogTooLarge, match="pairs an extra level gives them"):
+                resolve_collisions(
+                    merged, codebook_size=k, last_level_costs=costs, fixed=fixed, held=held
+                )
+            continue
+        res = resolve_collisions(
+            merged, codebook_size=k, last_level_costs=costs, fixed=fixed, held=held
+        )
+        assert (res.codes[fixed] == known).all() and res.extra_level
+        assert collision_stats(res.codes).collision_rate == 0.0 and res.codes.max() < k
+        assert (res.codes[:, :-2] == merged[:, :-1]).all()  # only the last code may move
