@@ -110,6 +110,21 @@ def read_sid_map(path: Path) -> SidMap:
     return sid_map
 
 
+def read_retired_sids(path: Path) -> SidMap:
+    """Load ``retired.json`` (item_id → the SID it had); {} where there is none."""
+    if not path.exists():
+        return {}
+    data = read_json(path, "retired SIDs", "run `sidrec sids` with sids.incremental=false")
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise InputError(
+            "retired SIDs must be a JSON object of item_id → list of integer codes", path=path
+        )
+    retired = {str(k): v for k, v in data.items()}
+    if retired:
+        check_sid_map(retired, path)
+    return retired
+
+
 def read_minionerec_index(path: Path) -> SidMap:
     """A MiniOneRec ``.index.json`` (``{"0": ["<a_236>", "<b_231>", "<c_226>"]}``) as a SID map.
     Collisions are NOT checked here (see :func:`check_sid_map`)."""

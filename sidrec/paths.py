@@ -76,6 +76,12 @@ class DatasetPaths:
         return self.sids_dir / "quantizer.pt"
 
     @property
+    def retired_sids(self) -> Path:
+        """SIDs of items that left the catalog since the map's full build (incremental runs
+        keep them free; ``{}`` after a full build or an import)."""
+        return self.sids_dir / "retired.json"
+
+    @property
     def code_usage_plot(self) -> Path:
         return self.sids_dir / "code_usage.png"
 

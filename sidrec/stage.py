@@ -190,7 +190,7 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
     if settings.sids.embedding != "text":  # collaborative factors come from the train split
         files.append(paths.split("train"))
     if settings.sids.incremental:  # incremental mode extends the existing map
-        files += [paths.sid_map, paths.quantizer]
+        files += [paths.sid_map, paths.retired_sids, paths.quantizer]
     if settings.sids.import_index is not None:
         files.append(settings.sids.import_index)
     return files

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from models.collisions import CatalogTooLarge, CostFn, resolve_collisions
+from models.collisions import CatalogTooLarge, CostFn, Resolution, resolve_collisions
 from models.quantizer import Quantizer, SavedQuantizer, load_quantizer, save_quantizer
-from models.sid import collision_stats, read_minionerec_index, read_sid_map
+from models.sid import SidMap, collision_stats, read_minionerec_index
 from sidrec.config import Settings, SidsConfig
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import AtomicOutputs, read_table
@@ -30,7 +30,7 @@ from sidrec.orchestration import StageCache, publish_table
 from sidrec.schemas import ITEMS
 from sidrec.stage import StageResult
 from sidrec.tracking import log_stage
-from tasks.shared.embeddings import item_embeddings
+from tasks.shared.embeddings import item_embeddings, kept_sids
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,8 @@ class Codes(NamedTuple):
     """Report fields of this way of building (``train_seconds``, ``new_items``)."""
     fixed: np.ndarray | None = None
     """Rows whose SID must not change (items of the previous map); they also forbid an extra level."""
+    retired: SidMap | None = None
+    """SIDs of items no longer in the catalog that no item may take (incremental runs)."""
 
 
 def previous_quantizer(settings: Settings) -> SavedQuantizer | None:
@@ -185,45 +187,58 @@ def imported_codes(cfg: SidsConfig, ids: list[str]) -> Codes:
 def incremental_codes(
     settings: Settings, ids: list[str], emb: np.ndarray, quantizer: Quantizer
 ) -> Codes:
-    """Items of the previous map keep their SIDs; new items are coded by the saved quantizer.
+    """Items of the previous map keep their SIDs, items that left it and come back take theirs
+    back; new items are coded by the saved quantizer. The SIDs of items that left the catalog
+    stay retired: a model warm-started from the champion learned them for those items.
 
     Where the map has a disambiguation level, the known items' indices on it come as the last
     column (new items: 0 until ``resolve`` gives them theirs)."""
-    previous = read_sid_map(settings.paths.sid_map)
-    known = np.array([i in previous for i in ids])
-    width = len(next(iter(previous.values())))
+    kept = kept_sids(settings)
+    known = np.array([i in kept for i in ids])
+    width = len(next(iter(kept.values())))
     raw = np.zeros((len(ids), width), dtype=np.int64)
     raw[:, : quantizer.levels] = quantizer.encode(emb)
     for row in np.flatnonzero(known):
-        raw[row] = previous[ids[row]]
+        raw[row] = kept[ids[row]]
+    catalog = set(ids)
+    retired = {item: sid for item, sid in kept.items() if item not in catalog}
     cfg = settings.sids
-    facts = {"new_items": int((~known).sum())}
-    return Codes(raw, quantizer, False, cfg.method, "incremental", cfg.codebook_size, facts, known)
+    facts = {"new_items": int((~known).sum()), "retired_items": len(retired)}
+    return Codes(
+        raw, quantizer, False, cfg.method, "incremental", cfg.codebook_size, facts, known, retired
+    )
 
 
-def resolve(codes: Codes, emb: np.ndarray) -> Any:
+def resolve(codes: Codes, emb: np.ndarray) -> Resolution:
     """Unique SIDs: colliding items move to free last-level codes (cheapest by the quantizer's
     distances), or get an extra level when that cannot suffice and no SID is fixed. On a map
     with an extra level already, new items take free indices on it (``resolve_collisions``)."""
-    quantizer, raw = codes.quantizer, codes.raw
+    quantizer, raw, fixed = codes.quantizer, codes.raw, codes.fixed
+    if codes.retired:  # retired SIDs take part as fixed rows, dropped from the result
+        assert fixed is not None
+        raw = np.vstack([raw, np.array(list(codes.retired.values()), dtype=np.int64)])
+        fixed = np.r_[fixed, np.ones(len(codes.retired), dtype=bool)]
+        # fixed rows never move: their distances are never used
+        emb = np.vstack([emb, np.zeros((len(codes.retired), emb.shape[1]), dtype=emb.dtype)])
     held = None
-    if codes.fixed is not None and quantizer is not None and raw.shape[1] > quantizer.levels:
+    if fixed is not None and quantizer is not None and raw.shape[1] > quantizer.levels:
         raw, held = raw[:, : quantizer.levels], raw[:, -1]
     costs: CostFn | None = None
     if quantizer is not None:  # an item's distances to every code of its SID's last level
         costs = partial(_last_level_distances, quantizer, emb, raw)
     try:
-        return resolve_collisions(
+        resolution = resolve_collisions(
             raw,
             codebook_size=codes.codebook_size,
             last_level_costs=costs,
-            fixed=codes.fixed,
+            fixed=fixed,
             held=held,
-            allow_extra_level=codes.fixed is None or held is not None,
+            allow_extra_level=fixed is None or held is not None,
         )
     except CatalogTooLarge as exc:
-        hint = "; run a full rebuild (sids.incremental=false)" if codes.fixed is not None else ""
+        hint = "; run a full rebuild (sids.incremental=false)" if fixed is not None else ""
         raise ConfigError(f"sids: {exc}{hint}") from None
+    return resolution._replace(codes=resolution.codes[: len(codes.raw)])
 
 
 def _last_level_distances(
@@ -269,9 +284,10 @@ def sids(settings: Settings) -> StageResult:
         else None,
         **codes.facts,
     }
-    outputs = [paths.sid_map, paths.code_usage_plot, paths.metrics("sids")]
+    outputs = [paths.sid_map, paths.retired_sids, paths.code_usage_plot, paths.metrics("sids")]
     with AtomicOutputs() as out:
         out.json(sid_map, paths.sid_map)
+        out.json(codes.retired or {}, paths.retired_sids)
         if codes.trained:
             assert quantizer is not None and embedded is not None
             out.stage(

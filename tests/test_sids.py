@@ -134,6 +134,53 @@ def test_incremental_mode_keeps_existing_sids(
     assert collision_stats(np.array(list(after.values()))).collision_rate == 0.0
 
 
+@pytest.mark.parametrize("clustered", [True, False])  # a map with an extra level, one without
+def test_incremental_runs_keep_a_removed_items_sid_free_and_give_it_back(
+    catalog, write_embeddings, sids_settings, clustered
+):
+    keys = {} if clustered else {"codebook_size": 16}  # 16: no prefix group overflows
+    settings = sids_settings(**keys)
+    emb = _clustered_embeddings(N_ITEMS)
+    if not clustered:
+        emb = np.random.default_rng(3).normal(size=emb.shape).astype(np.float32)
+    write_embeddings(settings, emb, catalog)
+    sids(settings)
+    before = read_sid_map(settings.paths.sid_map)
+    assert len(next(iter(before.values()))) == (4 if clustered else 3)
+    assert json.loads(settings.paths.retired_sids.read_text()) == {}
+    items = pd.read_parquet(settings.paths.validated("items"))
+    gone = catalog[50]  # not one of the duplicates: its SID is its own codes
+
+    def write_catalog(rows: pd.DataFrame, vectors: np.ndarray) -> None:
+        from sidrec.io import AtomicOutputs
+        from sidrec.schemas import ITEMS
+
+        with AtomicOutputs() as out:
+            out.parquet(rows.reset_index(drop=True), settings.paths.validated("items"), ITEMS)
+        write_embeddings(settings, vectors, rows["item_id"].tolist())
+
+    # item 50 leaves; a new item with its very embedding (the quantizer gives it item 50's codes)
+    newcomer = items.iloc[[50]].assign(item_id="new", title="A newcomer")
+    keep = np.arange(N_ITEMS) != 50
+    write_catalog(pd.concat([items[keep], newcomer]), np.vstack([emb[keep], emb[[50]]]))
+    result = sids(sids_settings(incremental=True, **keys))
+    after = read_sid_map(settings.paths.sid_map)
+    retired = json.loads(settings.paths.retired_sids.read_text())
+    assert retired == {gone: before[gone]} and gone not in after
+    assert after["new"] != before[gone] and after["new"][:2] == before[gone][:2]
+    assert {k: after[k] for k in before if k != gone} == {
+        k: v for k, v in before.items() if k != gone
+    }
+    assert result.metrics["new_items"] == 1 and result.metrics["retired_items"] == 1
+    # item 50 comes back: it takes its own SID again, and nothing is retired any more
+    write_catalog(pd.concat([items, newcomer]), np.vstack([emb, emb[[50]]]))
+    result = sids(sids_settings(incremental=True, **keys))
+    again = read_sid_map(settings.paths.sid_map)
+    assert again == {**after, gone: before[gone]} and result.metrics["new_items"] == 0
+    assert json.loads(settings.paths.retired_sids.read_text()) == {}
+    assert result.metrics["retired_items"] == 0
+
+
 def test_incremental_without_previous_build_builds_the_first_map(catalog, sids_settings):
     # the first scheduled retrain (sids.incremental=true) has no map to extend yet
     result = sids(sids_settings(incremental=True))

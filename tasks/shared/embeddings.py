@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from models.item_factors import CollaborativeBasis, ItemFactors, fit_item_factors, fold_in
-from models.sid import read_sid_map
+from models.sid import SidMap, read_retired_sids, read_sid_map
 from sidrec.config import Settings
 from sidrec.errors import ConfigError, InputError
 from sidrec.io import read_json
@@ -173,11 +173,27 @@ def interaction_pairs(
     return pairs["user"].tolist(), pairs["item"].tolist()
 
 
+def kept_sids(settings: Settings) -> SidMap:
+    """The SIDs an incremental run keeps: the map's, and those of items that left the catalog
+    since its full build (``retired.json``: free for no other item; a returning item takes its
+    own back)."""
+    paths = settings.paths
+    in_map, retired = read_sid_map(paths.sid_map), read_retired_sids(paths.retired_sids)
+    widths = {len(sid) for sid in (*in_map.values(), *retired.values())}
+    if len(widths) > 1:
+        raise InputError(
+            f"the retired SIDs are not as long as the map's ({sorted(widths)} codes); rebuild "
+            "the map (sids.incremental=false)",
+            path=paths.retired_sids,
+        )
+    return {**retired, **in_map}
+
+
 def _in_map(settings: Settings, items: pd.DataFrame, extending: bool) -> np.ndarray:
     """Which catalog items the map being extended already codes (none for a full build)."""
     if not extending:
         return np.zeros(len(items), dtype=bool)
-    return items["item_id"].isin(list(read_sid_map(settings.paths.sid_map))).to_numpy()
+    return items["item_id"].isin(list(kept_sids(settings))).to_numpy()
 
 
 def collaborative_factors(
