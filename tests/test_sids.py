@@ -181,6 +181,27 @@ def test_incremental_runs_keep_a_removed_items_sid_free_and_give_it_back(
     assert result.metrics["retired_items"] == 0
 
 
+@pytest.mark.parametrize(
+    ("retired", "match"),
+    [
+        ({"gone": "3,2"}, r"retired SIDs must be a JSON object of item_id → list"),
+        ({"gone": [1, 2]}, r"the retired SIDs are not as long as the map's \(\[2, 4\] codes\)"),
+        ({"a": [7, 7, 7, 7], "b": [7, 7, 7, 7]}, r"2 items share a SID"),
+        ({"gone": [9, 0, 0, 0]}, r"codes beyond sids.codebook_size=8.*'gone'"),
+    ],
+)
+def test_a_broken_retired_sids_file_stops_an_incremental_run_naming_it(
+    catalog, sids_settings, files_under, retired, match
+):
+    settings = sids_settings()
+    sids(settings)
+    settings.paths.retired_sids.write_text(json.dumps(retired))
+    kept = files_under("data/sids")
+    with pytest.raises(InputError, match=match) as err:
+        sids(sids_settings(incremental=True))
+    assert "retired.json" in str(err.value) and files_under("data/sids") == kept
+
+
 def test_incremental_without_previous_build_builds_the_first_map(catalog, sids_settings):
     # the first scheduled retrain (sids.incremental=true) has no map to extend yet
     result = sids(sids_settings(incremental=True))

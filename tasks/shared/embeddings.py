@@ -186,6 +186,15 @@ def kept_sids(settings: Settings) -> SidMap:
             "the map (sids.incremental=false)",
             path=paths.retired_sids,
         )
+    k = settings.sids.codebook_size
+    beyond = [item for item, sid in retired.items() if max(sid) >= k]
+    if beyond:
+        raise InputError(
+            f"retired SIDs hold codes beyond sids.codebook_size={k}; rebuild the map "
+            "(sids.incremental=false)",
+            path=paths.retired_sids,
+            values=beyond[:5],
+        )
     return {**retired, **in_map}
 
 
