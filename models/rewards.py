@@ -26,7 +26,7 @@ NO_TARGET = -1
 """``target_index`` of a prompt without a target (``grpo.frontier_prompts``): the rewards that
 need one leave its completions unscored (None)."""
 
-DENSE_REWARDS = ("collaborative", "semantic")
+DENSE_REWARDS = ("collaborative", "ease", "semantic")
 """Rewards that score every completion on a continuous scale (``grpo.reward_form`` ranks them
 within the group); rule and ranking are already bounded by the target's 1."""
 
@@ -131,6 +131,38 @@ class CollaborativeReward:
         row = {key: i for i, key in enumerate(unique)}
         return [
             float(probs[row[key], item]) if item >= 0 and key else None
+            for key, item in zip(keys, completion_item, strict=True)
+        ]
+
+
+class EaseReward:
+    """EASE's score of the generated item after the user's history read by recency
+    (:class:`models.baselines.ease.EASE`, fitted on the train split): the catalog's item-to-item
+    co-occurrences, which the SASRec reward only carries in part; None for a prompt without
+    history."""
+
+    __name__ = "ease_reward"
+
+    def __init__(self, *, model: Any):
+        """``model``: a fitted :class:`models.baselines.ease.EASE` (catalog order = item row)."""
+        self.model = model
+
+    def __call__(
+        self,
+        completions: Sequence[Any],
+        *,
+        completion_item: Sequence[int],
+        history_index: Sequence[Sequence[int]],
+        **_: Any,
+    ) -> list[float | None]:
+        keys = [tuple(h) for h in history_index]
+        unique = [key for key in dict.fromkeys(keys) if key]  # a group shares its history
+        if not unique:
+            return [None] * len(keys)
+        scores = self.model.scores(unique)
+        row = {key: i for i, key in enumerate(unique)}
+        return [
+            float(scores[row[key], item]) if item >= 0 and key else None
             for key, item in zip(keys, completion_item, strict=True)
         ]
 

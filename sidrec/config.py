@@ -515,6 +515,9 @@ class GrpoRewardWeights(_Section):
     collaborative: float = Field(0.5, ge=0)
     """The SASRec baseline's softmax probability of the generated item given the history
     (loads the model the ``baselines`` stage trained when > 0)."""
+    ease: float = Field(0.0, ge=0)
+    """EASE's item-to-item score of the generated item after the history read by recency
+    (``grpo.ease_l2``, ``grpo.ease_recency``; fitted on the train split when > 0)."""
     semantic: float = Field(0.0, ge=0)
     """Cosine similarity of the generated and the target item's text embeddings."""
 
@@ -563,8 +566,13 @@ class GrpoConfig(_Section):
     """Lower clipping bound of the importance ratio."""
     epsilon_high: float | None = Field(None, gt=0)
     """Upper clipping bound (DAPO's clip-higher); null = epsilon."""
+    ease_l2: float = Field(300.0, gt=0)
+    """``rewards.ease``: EASE's L2 penalty λ (the closed form inverts XᵀX + λI)."""
+    ease_recency: float = Field(0.9, gt=0, le=1)
+    """``rewards.ease``: the weight of a history item one step older than the next (the newest
+    is 1); 1 reads the history as a set (plain EASE)."""
     reward_form: Literal["rank", "raw"] = "rank"
-    """How the dense rewards (collaborative, semantic) enter: rank = their rank within the
+    """How the dense rewards (collaborative, ease, semantic) enter: rank = their rank within the
     group scaled to [0, 1], so with ``scale_rewards: none`` they move an advantage by at most
     half their weight, less than the target's +1; raw = the values themselves."""
     scale_rewards: Literal["group", "batch", "none"] = "none"

@@ -124,3 +124,29 @@ def test_evaluate_names_the_missing_sasrec_model(split_project):
 
     with pytest.raises(InputError, match=MISSING):
         evaluate(split_project)
+
+
+def test_grpo_fits_its_ease_reward_on_the_train_split(split_project):
+    from models.baselines.ease import EASE
+    from tasks.grpo import reward_functions
+    from tasks.shared.inputs import read_split
+
+    grpo = split_project.grpo.model_copy(
+        update={
+            "rewards": split_project.grpo.rewards.model_copy(
+                update={"collaborative": 0.0, "ease": 0.7}
+            ),
+            "ease_l2": 20.0,
+            "ease_recency": 0.5,
+        }
+    )
+    settings = split_project.model_copy(update={"grpo": grpo})
+    rewards, weights = reward_functions(settings, ITEM_IDS)  # no SASRec needed without its reward
+    assert [r.__name__ for r in rewards] == ["ranking", "ease"] and weights == [1.0, 0.7]
+    model = rewards[1].func.func.model  # NaN guard → group rank → the EASE reward
+    assert (model.l2, model.recency) == (20.0, 0.5)
+    fitted = EASE(item_ids=ITEM_IDS, l2=20.0).fit(read_split(settings, "train"))
+    np.testing.assert_allclose(model.weights, fitted.weights)
+    # item i is followed by i + 1 in this catalog: after i3 the reward ranks i4 above i20
+    ranked = rewards[1](["x"] * 2, completion_item=[4, 20], history_index=[[2, 3]] * 2)
+    assert ranked == [1.0, 0.0]

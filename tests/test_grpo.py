@@ -281,6 +281,10 @@ def test_grpo_prompt_settings_that_leave_a_group_unscorable_or_no_prompts_are_co
     with pytest.raises(ConfigError, match=r"grpo.rows_per_user is 0 .*no training prompts"):
         check_grpo_config(grpo_settings(rows_per_user=0), n_items=100)
     check_grpo_config(grpo_settings(rows_per_user=0, frontier_prompts=True), n_items=100)
+    ease = grpo_settings(rewards={"ranking": 1.0, "ease": 0.5})
+    check_grpo_config(ease, n_items=30_000)
+    with pytest.raises(ConfigError, match=r"grpo.rewards.ease is 0.5 .* 30001 items.*ease: 0"):
+        check_grpo_config(ease, n_items=30_001)
 
 
 def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objective(

@@ -205,3 +205,27 @@ def test_sid_regex_matches_exactly_the_catalog():
     assert all(pattern.fullmatch(s) for s in sids)
     for other in ("<a_1><b_1>", "<a_10><b_3>", "<a_1>", "<a_1><b_2><c_0>"):
         assert not pattern.fullmatch(other)
+
+
+def test_ease_reward_is_the_items_score_after_its_own_history():
+    from models.baselines.ease import EASE
+    from models.rewards import EaseReward
+    from tests.models.test_baselines import ITEMS, split_rows
+
+    sequences = {
+        f"u{n}": ["i0", "i1", "i5", "i6"] if n % 2 else ["i2", "i3", "i5", "i6"] for n in range(10)
+    }
+    model = EASE(item_ids=ITEMS).fit(split_rows(sequences, 5)["train"])
+    reward = EaseReward(model=model)
+    # two groups with their own histories, and a title→SID group (no history) between them
+    out = reward(
+        ["x"] * 6,
+        completion_item=[1, 3, 1, 3, 1, -1],
+        history_index=[[0], [0], [], [], [2], [2]],
+    )
+    expected = model.scores([[0], [2]])
+    assert out[0] == pytest.approx(expected[0, 1]) and out[1] == pytest.approx(expected[0, 3])
+    assert out[0] > out[1]  # i1 goes with i0
+    assert out[2:4] == [None, None]
+    assert out[4] == pytest.approx(expected[1, 1])
+    assert out[5] is None  # not an item

@@ -1,0 +1,84 @@
+"""EASE (Steck, 2019): a linear item-to-item model in closed form, read with recency weights.
+
+EASE learns an item × item matrix ``B`` (zero diagonal) that rebuilds each user's row of the
+interaction matrix ``X`` from the user's other items: ``B = I - P / diag(P)`` with
+``P = (XᵀX + λI)⁻¹``. It sees the whole catalog's co-occurrences at once, which a sequence
+model with a short history and a small embedding only learns in part.
+
+Here ``X`` is each user's rebuilt training sequence (:func:`models.baselines.train_sequences`,
+every item once), and a history is scored with its items weighted by recency: the newest 1,
+the one before ``recency``, then ``recency²`` … (``recency: 1`` reads the history as a set, as
+plain EASE does). On MovieLens-style next-item splits the recent items say most about the
+next one.
+
+The inverse is dense: memory and time grow with the catalog squared and cubed, so
+:data:`MAX_ITEMS` bounds it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.baselines import catalog_index, encode_histories, train_sequences
+
+logger = logging.getLogger(__name__)
+
+MAX_ITEMS = 30_000
+"""The largest catalog EASE fits (a dense float64 inverse of 30,000² is ~7 GB)."""
+
+
+class EASE:
+    """The closed-form item-to-item model; :meth:`fit` it, then :meth:`scores` histories."""
+
+    def __init__(self, *, item_ids: Sequence[str], l2: float = 300.0, recency: float = 0.9):
+        if l2 <= 0:
+            raise ValueError(f"EASE's l2 must be > 0, got {l2}")
+        if not 0 < recency <= 1:
+            raise ValueError(f"EASE's recency must be in (0, 1], got {recency}")
+        if len(item_ids) > MAX_ITEMS:
+            raise ValueError(
+                f"EASE inverts a dense {len(item_ids)} × {len(item_ids)} matrix; catalogs above "
+                f"{MAX_ITEMS} items are not supported (set its reward weight to 0)"
+            )
+        self.item_ids = [str(i) for i in item_ids]
+        self.index = catalog_index(self.item_ids)
+        self.l2, self.recency = float(l2), float(recency)
+        self.weights = np.zeros((len(self.item_ids), len(self.item_ids)), dtype=np.float32)
+        """``B``: row i holds how much having item i adds to every item's score (zero diagonal)."""
+
+    def fit(self, train: pd.DataFrame) -> EASE:
+        """Fit ``B`` on the rebuilt training sequences; returns ``self``."""
+        sequences = encode_histories(train_sequences(train), self.index, "train sequences")
+        n = len(self.item_ids)
+        x = np.zeros((len(sequences), n), dtype=np.float64)
+        for row, items in enumerate(sequences):
+            x[row, items] = 1.0
+        gram = x.T @ x
+        gram[np.diag_indices(n)] += self.l2
+        inverse = np.linalg.inv(gram)
+        weights = -inverse / np.diag(inverse)
+        np.fill_diagonal(weights, 0.0)
+        self.weights = weights.astype(np.float32)
+        logger.info("EASE: %d users, %d items, l2 %.0f", len(sequences), n, self.l2)
+        return self
+
+    def inputs(self, histories: Sequence[Sequence[Any]]) -> np.ndarray:
+        """(n, items) float32: each history's items at their recency weight (newest 1; an item
+        seen twice keeps its newest weight)."""
+        encoded = encode_histories(histories, self.index, "histories")
+        out = np.zeros((len(encoded), len(self.item_ids)), dtype=np.float32)
+        for row, history in enumerate(encoded):
+            if not history:
+                continue
+            decay = self.recency ** np.arange(len(history) - 1, -1, -1, dtype=np.float64)
+            np.maximum.at(out[row], np.asarray(history), decay.astype(np.float32))
+        return out
+
+    def scores(self, histories: Sequence[Sequence[Any]]) -> np.ndarray:
+        """(n, items) float32: every catalog item's score after each history."""
+        return self.inputs(histories) @ self.weights
