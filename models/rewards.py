@@ -96,6 +96,27 @@ def ranking_reward(
     return rewards
 
 
+def score_per_history(
+    score: Callable[[list[tuple[int, ...]]], np.ndarray],
+    completion_item: Sequence[int],
+    history_index: Sequence[Sequence[int]],
+) -> list[float | None]:
+    """Each completion's item looked up in ``score(histories)`` (one row of catalog scores per
+    history) for its own history. Rows of one group share a history, so each distinct one is
+    scored once; an empty one (a title→SID prompt, ``grpo.title_prompts``) has nothing to read
+    and is left unscored (None), as is a completion that is not an item."""
+    keys = [tuple(h) for h in history_index]
+    unique = [key for key in dict.fromkeys(keys) if key]
+    if not unique:
+        return [None] * len(keys)
+    scores = score(unique)
+    row = {key: i for i, key in enumerate(unique)}
+    return [
+        float(scores[row[key], item]) if item >= 0 and key else None
+        for key, item in zip(keys, completion_item, strict=True)
+    ]
+
+
 class CollaborativeReward:
     """The SASRec baseline's probability of the generated item given the user's history
     (softmax over the full catalog), so the policy is pulled towards collaboratively
@@ -118,21 +139,13 @@ class CollaborativeReward:
     ) -> list[float | None]:
         from models.baselines.sasrec import _pad_left
 
-        keys = [tuple(h) for h in history_index]
-        # rows of one group share a history: score it once; an empty one (a title→SID prompt,
-        # grpo.title_prompts) has nothing for SASRec to read and is left unscored (None)
-        unique = [key for key in dict.fromkeys(keys) if key]
-        if not unique:
-            return [None] * len(keys)
-        device = next(self.model.parameters()).device
-        with self.model.inference():
-            hidden = self.model(_pad_left(unique, self.max_len).to(device))[:, -1]
-            probs = self.model.scores(hidden).float().softmax(-1).cpu().numpy()
-        row = {key: i for i, key in enumerate(unique)}
-        return [
-            float(probs[row[key], item]) if item >= 0 and key else None
-            for key, item in zip(keys, completion_item, strict=True)
-        ]
+        def probabilities(histories: list[tuple[int, ...]]) -> np.ndarray:
+            device = next(self.model.parameters()).device
+            with self.model.inference():
+                hidden = self.model(_pad_left(histories, self.max_len).to(device))[:, -1]
+                return self.model.scores(hidden).float().softmax(-1).cpu().numpy()
+
+        return score_per_history(probabilities, completion_item, history_index)
 
 
 class EaseReward:
@@ -155,16 +168,7 @@ class EaseReward:
         history_index: Sequence[Sequence[int]],
         **_: Any,
     ) -> list[float | None]:
-        keys = [tuple(h) for h in history_index]
-        unique = [key for key in dict.fromkeys(keys) if key]  # a group shares its history
-        if not unique:
-            return [None] * len(keys)
-        scores = self.model.scores(unique)
-        row = {key: i for i, key in enumerate(unique)}
-        return [
-            float(scores[row[key], item]) if item >= 0 and key else None
-            for key, item in zip(keys, completion_item, strict=True)
-        ]
+        return score_per_history(self.model.scores, completion_item, history_index)
 
 
 class SemanticReward:
