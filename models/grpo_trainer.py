@@ -23,7 +23,8 @@ was in the group (``rollout/target_in_group``) and its mean 1-based place there 
 
 A fourth override, of ``_get_per_token_logps_and_entropies``, computes the completions'
 log-probs (policy, old policy and reference) from the model's plain logits at the completion
-places only, on a CPU and wherever ``trie_mask`` is on. TRL's own path, kept on GPUs, scores
+places only, each distinct prompt encoded once for its G completions
+(:mod:`models.shared_prefix`), on a CPU and wherever ``trie_mask`` is on. TRL's own path, kept on GPUs, scores
 them through its fused LM head, which on a device without Triton projects every position of
 prompt and completion onto the vocabulary (the tile shapes then stay fixed): with prompts of
 ~20 items and 4-token completions that is ~20x the positions needed, and it was most of a GRPO
@@ -63,6 +64,7 @@ from models.metrics import exclusion_mask
 from models.rewards import NO_TARGET
 from models.sft_anchor import SftAnchor
 from models.shards import ShardRecord
+from models.shared_prefix import completion_logits
 from models.sid_trie import SidTrie
 
 log = logging.getLogger(__name__)
@@ -223,15 +225,10 @@ class SidGRPOTrainer(GRPOTrainer):
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids = input_ids[start : start + batch_size]
-            with self.accelerator.autocast():
-                logits = model(
-                    input_ids=ids,
-                    attention_mask=attention_mask[start : start + batch_size],
-                    logits_to_keep=logits_to_keep + 1,
-                    use_cache=False,
-                ).logits
-            # the logit at place t scores the token at t + 1
-            logits = logits[:, -logits_to_keep - 1 : -1].float() / self.temperature
+            mask = attention_mask[start : start + batch_size]
+            with self.accelerator.autocast():  # each distinct prompt once (G copies arrive)
+                logits = completion_logits(model, ids, mask, logits_to_keep)
+            logits = logits.float() / self.temperature
             completion = ids[:, -logits_to_keep:]
             if self.sid_args.trie_mask:
                 logp, entropy = trie_masked_logps(self.trie, logits, completion, eos)

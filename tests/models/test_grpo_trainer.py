@@ -82,6 +82,7 @@ def _trainer(
         "save_strategy": "no",
         "report_to": [],
         "use_cpu": True,
+        "gradient_checkpointing": False,  # as the stage runs by default (TRL's default is on)
         "remove_unused_columns": False,
         "seed": 0,
     }
@@ -541,19 +542,23 @@ def test_trie_masked_log_probs_are_a_distribution_over_the_catalog(tmp_path, tin
     assert entropy[:, -1].abs().max() < 1e-6 and (entropy[:, 0] > 0).all()
 
 
-def test_cpu_log_probs_and_gradients_equal_trls_fused_head(tmp_path, tiny):
-    """On a CPU the override scores the completion places only; TRL's fused LM head there
-    scores every position of prompt and completion. Both give the same log-probs, entropies
-    and parameter gradients (float32, no autocast)."""
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_cpu_log_probs_and_gradients_equal_trls_fused_head(tmp_path, tiny, checkpointing):
+    """On a CPU the override scores the completion places only, each distinct prompt once
+    (without gradient checkpointing; with it, every row); TRL's fused LM head there scores
+    every position of prompt and completion. Both give the same log-probs, entropies and
+    parameter gradients (float32, no autocast), prompts repeated or not."""
     from trl import GRPOTrainer
 
     tokenizer, sid_map, trie = tiny
     trainer, _ = _trainer(tmp_path, tiny, bf16=False)
     model = trainer.model.train()
+    if checkpointing:  # what Trainer.train() does under gradient_checkpointing: true
+        model.gradient_checkpointing_enable()
     eos = torch.full((trie.n_items, 1), tokenizer.eos_token_id)
     completions = torch.cat([trie.sid_token_ids, eos], dim=1)
-    prompts = [
-        tokenizer(seq_rec_prompt([sid_map[f"i{n % 7}"]] * (1 + n % 3)))["input_ids"]
+    prompts = [  # 7 distinct prompts, the first ones repeated 3 times
+        tokenizer(seq_rec_prompt([sid_map[f"i{n % 7}"]] * (1 + n % 7 % 3)))["input_ids"]
         for n in range(trie.n_items)
     ]
     width = max(map(len, prompts))
