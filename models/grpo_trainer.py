@@ -24,11 +24,11 @@ was in the group (``rollout/target_in_group``) and its mean 1-based place there 
 A fourth override, of ``_get_per_token_logps_and_entropies``, computes the completions'
 log-probs (policy, old policy and reference) from the model's plain logits at the completion
 places only, each distinct prompt encoded once for its G completions
-(:mod:`models.shared_prefix`), on a CPU and wherever ``trie_mask`` is on. TRL's own path, kept on GPUs, scores
-them through its fused LM head, which on a device without Triton projects every position of
-prompt and completion onto the vocabulary (the tile shapes then stay fixed): with prompts of
-~20 items and 4-token completions that is ~20x the positions needed, and it was most of a GRPO
-step on 2 CPU cores. With ``trie_mask`` everything the trie forbids at each place is masked
+(:mod:`models.shared_prefix`), on a CPU and wherever ``trie_mask`` is on. TRL's own path,
+kept on GPUs, scores them through its fused LM head, which on a device without Triton
+projects every position of prompt and completion onto the vocabulary (the tile shapes then
+stay fixed): with prompts of ~20 items and 4-token completions that is ~20x the positions
+needed, and it was most of a GRPO step on 2 CPU cores. With ``trie_mask`` everything the trie forbids at each place is masked
 out first, so the loss is over catalog items only.
 
 Two more small overrides hand the rollout facts to the rewards: the catalog row of each
