@@ -37,6 +37,13 @@ class SidGRPOConfig(GRPOConfig):
         },
     )
 
+    positive_only: bool = field(
+        default=False,
+        metadata={
+            "help": "Clamp the advantages at 0 from below: completions scored below their "
+            "group's mean no longer get a push down, only those above it a push up."
+        },
+    )
     trie_mask: bool = field(
         default=False,
         metadata={

@@ -171,7 +171,10 @@ class SidGRPOTrainer(GRPOTrainer):
         if inputs and model.training:  # this process's prompts (its shard under accelerate)
             g = self.num_generations
             self.shard.add([[*x["history_index"], x["target_index"]] for x in inputs[::g]])
-        return super()._generate_and_score_completions(inputs)
+        out = super()._generate_and_score_completions(inputs)
+        if self.sid_args.positive_only:  # after TRL's logs, which show the advantages' spread
+            out["advantages"] = out["advantages"].clamp(min=0)
+        return out
 
     def _calculate_rewards(
         self, inputs: list[dict[str, Any]], prompts: Any, completions: Any, completion_ids_list: Any

@@ -605,6 +605,13 @@ class GrpoConfig(_Section):
     the valid split's, never read here), so only the collaborative reward (the SASRec model the
     ``baselines`` stage trained on the train split) scores its group; it needs
     ``rewards.collaborative`` > 0."""
+    positive_only: bool = False
+    """Keep only the positive advantages (a completion scored below its group's mean gets 0):
+    the update raises the target and what the rewards rank above the mean, and pushes no
+    rollout item down by name. Beam groups hold the user's own later items as "wrong" ones
+    (the valid target in ~28% of the newest rows' groups, ``python -m bench.grpo_groups``),
+    which the rank penalties otherwise push down; the softmax still lowers every other item
+    in proportion to its probability, as SFT's loss does."""
     trie_mask: bool = False
     """Score the completions' log-probs over the tokens the SID trie allows at each place
     (children of the prefix, EOS after a whole SID) instead of the whole vocabulary, so the

@@ -311,6 +311,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
                 oversample=cfg.oversample,
                 ensure_target=cfg.ensure_target,
                 trie_mask=cfg.trie_mask,
+                positive_only=cfg.positive_only,
                 num_generations=cfg.num_generations,
                 # whole groups on every process (models/grpo_trainer.py)
                 per_device_train_batch_size=prompts_per_process * cfg.num_generations,

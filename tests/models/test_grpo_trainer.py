@@ -653,3 +653,30 @@ def test_the_sft_anchor_trains_the_model_when_grpo_has_no_signal(tmp_path, tiny)
     assert anchor_loss(anchored.model) < start - 0.5  # 5.70 -> 4.58 when written
     logged = [e["sft_anchor_loss"] for e in anchored.state.log_history if "sft_anchor_loss" in e]
     assert len(logged) == 3
+
+
+@pytest.mark.parametrize("positive_only", [False, True])
+def test_positive_only_clamps_the_advantages_the_loss_reads(tmp_path, tiny, positive_only):
+    """With ``positive_only`` the loss sees no negative advantage; without, the ranking
+    reward's wrong items get negative ones. The advantages are the ones TRL computed, >= 0."""
+
+    def reward(completions, *, completion_item, rank, **columns):  # target = the last beam
+        last = [completion_item[i - r + G - 1] for i, r in enumerate(rank)]
+        columns |= {"target_index": last, "num_generations": G}
+        return ranking_reward(completions, completion_item=completion_item, rank=rank, **columns)
+
+    trainer, _ = _trainer(
+        tmp_path, tiny, steps=1, reward_funcs=[reward], positive_only=positive_only
+    )
+    seen = []
+    compute = trainer._compute_loss
+
+    def recording(model, inputs):
+        seen.append(inputs["advantages"].detach().clone())
+        return compute(model, inputs)
+
+    trainer._compute_loss = recording
+    trainer.train()
+    advantages = torch.cat(seen)
+    assert (advantages > 0).any()
+    assert bool((advantages < 0).any()) is not positive_only
