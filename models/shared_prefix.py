@@ -7,8 +7,9 @@ the cache is gathered back to one row per completion, and only the completion to
 top of it. Autograd flows through the gathered cache, so the gradient is the plain path's.
 
 Under gradient (activation) checkpointing a layer drops the cache while training; the rows are
-then scored as they come. Positions and masks are what the plain forward of the concatenated rows uses: the cache
-continues the prompt's positions and the completion forward sees the whole attention mask.
+then scored as they come. Positions and masks are what the plain forward of the concatenated
+rows uses: the cache continues the prompt's positions and the completion forward sees the whole
+attention mask.
 """
 
 from __future__ import annotations
