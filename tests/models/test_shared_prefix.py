@@ -6,23 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.lm import build_tiny, train_tokenizer
+from models.lm import load_model_dir
 from models.shared_prefix import completion_logits
 
 
 @pytest.fixture(scope="module")
-def model_and_batch():
-    tokenizer = train_tokenizer(["the user watched a film and then another one"] * 5, 300)
-    model = build_tiny(
-        tokenizer,
-        hidden_size=32,
-        layers=2,
-        heads=4,
-        kv_heads=2,
-        intermediate_size=64,
-        max_length=64,
-        seed=0,
-    ).train()
+def model_and_batch(tiny_model, tmp_path_factory):
+    """The shared tiny model (one layer, grouped-query attention) and 12 rows: 3 prompts of
+    different lengths, left-padded, each with 4 completions, in a shuffled order."""
+    model, tokenizer = load_model_dir(tiny_model(tmp_path_factory.mktemp("tiny")))
+    model.train()
     gen = torch.Generator().manual_seed(0)
     pad, vocab = tokenizer.pad_token_id, len(tokenizer)
     prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in (5, 9, 7)]
