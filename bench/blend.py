@@ -12,7 +12,8 @@ new to SASRec is measured here with no generative model at all, per run folder o
 - EASE, fitted on the run's train split with the run's ``grpo.ease_l2`` and
   ``grpo.ease_recency`` (or ``--l2`` / ``--recency``);
 - the blend: per row, SASRec's log-probabilities and EASE's scores each standardized (mean 0,
-  sd 1 over the catalog) and summed as ``sasrec + α · ease``, with α the value of ``--alphas``
+  sd 1 over the catalog) and summed as ``sasrec + α · ease`` (``models.baselines.ease.blend``,
+  which ``sft.distill_ease`` also teaches from), with α the value of ``--alphas``
   that scores best on the validation users' selection half (the gate half and test are never
   read to pick it).
 
@@ -59,13 +60,6 @@ class RunScores(NamedTuple):
     alpha: float
 
 
-def _standardized(values: np.ndarray) -> np.ndarray:
-    """Each row at mean 0 and sd 1 (a constant row stays 0)."""
-    centred = values - values.mean(axis=1, keepdims=True)
-    sd = centred.std(axis=1, keepdims=True)
-    return np.divide(centred, sd, out=np.zeros_like(centred), where=sd > 0)
-
-
 def run_scores(
     settings: Settings,
     *,
@@ -76,7 +70,7 @@ def run_scores(
     """Test NDCG@10 per user of SASRec, EASE and their blend in the run of ``settings`` (its
     splits, catalog and SASRec model)."""
     from models.baselines import catalog_index, encode_histories, encode_targets
-    from models.baselines.ease import EASE
+    from models.baselines.ease import EASE, blend
     from models.baselines.sasrec import _pad_left, load_baseline
     from models.metrics import per_row_metrics, topk_from_scores
     from sidrec.protocol import validation_half
@@ -105,18 +99,19 @@ def run_scores(
         banned = None if exclude is None else encode_histories(exclude, index, "exclusions")
         targets = encode_targets(list(rows["target"]), index, f"{name} targets")
 
-        def ndcg(values: np.ndarray) -> np.ndarray:
-            topk = topk_from_scores(torch.from_numpy(values), 10, exclude=banned)
+        def ndcg(values: torch.Tensor) -> np.ndarray:
+            topk = topk_from_scores(values, 10, exclude=banned)
             return per_row_metrics(topk, targets, (10,))["ndcg@10"]
 
-        return _standardized(logp), _standardized(ease.scores(encoded)), ndcg
+        return torch.from_numpy(logp), torch.from_numpy(ease.scores(encoded)), ndcg
 
     sas, eas, ndcg = scored("valid", validation_half(splits["valid"], "selection"))
-    alpha = max(alphas, key=lambda a: (ndcg(sas + a * eas).mean(), -a))  # ties: the smaller α
+    # ties: the smaller α
+    alpha = max(alphas, key=lambda a: (ndcg(blend(sas, eas, a)).mean(), -a))
     test = splits["test"]
     sas, eas, ndcg = scored("test", test)
     frame = pd.DataFrame(
-        {"sasrec": ndcg(sas), "ease": ndcg(eas), "blend": ndcg(sas + alpha * eas)},
+        {"sasrec": ndcg(sas), "ease": ndcg(eas), "blend": ndcg(blend(sas, eas, alpha))},
         index=test["user_id"].astype(str).to_numpy(),
     )
     return RunScores(frame, float(alpha))

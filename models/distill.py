@@ -17,7 +17,10 @@ next item is one of them in the order they were entered.
 
 This is knowledge distillation (Hinton et al. 2015) into a model that generates items token by
 token: the hard target says which item came next, the teacher how plausible every other item
-was, which the hard target alone never shows. SASRec is read, never trained here.
+was, which the hard target alone never shows. SASRec is read, never trained here. With
+``sft.distill_ease`` > 0 the teacher's item scores are SASRec's blended with EASE's
+(``models/baselines/ease.py``), a second model of the same train rows that ranks better with
+SASRec than either alone (``python -m bench.blend``).
 """
 
 from __future__ import annotations
@@ -100,11 +103,16 @@ class SasrecTeacher(_WindowItems):
         temperature: float = 1.0,
         future: float = 0.0,
         horizon: int = 1,
+        ease: Any = None,
+        ease_weight: float = 0.0,
         cached_rows: int = 4096,
     ):
         """``item_tokens``: (items, L) SID token ids in SASRec's catalog order (row i is
         ``sasrec.item_ids[i]``). ``future``: the share of each item distribution moved evenly
         onto the target and the window's next ``horizon`` − 1 items (0: SASRec's alone).
+        ``ease``: a fitted :class:`models.baselines.ease.EASE` over the same catalog order,
+        blended into SASRec's scores with weight ``ease_weight``
+        (:func:`models.baselines.ease.blend`; None: SASRec alone).
         ``cached_rows``: how many batch rows' places are kept for the next epoch (the least
         recently seen go first; MovieLens's SFT has ~2,100 packed rows, each a few tens of KB)."""
         super().__init__(item_tokens, bos_token_id)
@@ -117,6 +125,10 @@ class SasrecTeacher(_WindowItems):
         self.temperature = temperature
         self.future = future
         self.horizon = horizon
+        if ease is not None and ease.item_ids != [str(i) for i in sasrec.item_ids]:
+            raise ValueError("EASE and SASRec must score the same catalog in the same order")
+        self.ease = ease
+        self.ease_weight = ease_weight
         self.item_of = {tuple(t): i for i, t in enumerate(item_tokens.tolist())}
         self.max_len: int = sasrec.config.max_len
         self.levels = [_Level.of(item_tokens, level) for level in range(item_tokens.shape[1])]
@@ -208,6 +220,11 @@ class SasrecTeacher(_WindowItems):
         device = inputs["input_ids"].device
         keys = [key for r in rows for key in r.keys]
         scores = self.sasrec.scores(self._states(keys)).float().cpu()
+        if self.ease is not None and self.ease_weight > 0:
+            from models.baselines.ease import blend
+
+            ease = torch.from_numpy(self.ease.encoded_inputs(keys) @ self.ease.weights)
+            scores = blend(scores, ease, self.ease_weight)
         # seen items (the window's earlier items) are never recommended: an extra column takes
         # the padding of the histories
         width, pad = max(r.seen.shape[1] for r in rows), scores.shape[1]

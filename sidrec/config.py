@@ -437,6 +437,11 @@ class SftConfig(_Section):
     sits in; ``python -m bench.bursts``). 0: SASRec's distribution alone."""
     distill_horizon: int = Field(5, ge=1)
     """Window items, from the target on, that ``distill_future`` spreads over."""
+    distill_ease: float = Field(0.0, ge=0)
+    """Weight α of EASE in the teacher (0: SASRec alone). The teacher then scores the catalog
+    as ``python -m bench.blend`` blends (SASRec's and EASE's scores each standardized per row,
+    ``sasrec + α · ease``), kept at SASRec's own scale so ``distill_temperature`` means the
+    same. EASE is fitted on the train split with ``grpo.ease_l2`` and ``grpo.ease_recency``."""
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     ema_decay: float | None = Field(0.995, gt=0, lt=1)
     """An exponential moving average of the weights, updated after every optimizer step with
@@ -496,12 +501,16 @@ class SftConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _future_needs_the_teacher(self) -> SftConfig:
-        if self.distill_future > 0 and self.distill == 0:
-            raise ValueError(
-                f"distill_future={self.distill_future} moves part of the SASRec teacher's mass, "
-                "but distill is 0 (no teacher); set distill > 0 or distill_future 0"
-            )
+    def _teacher_keys_need_the_teacher(self) -> SftConfig:
+        for key, value, does in (
+            ("distill_future", self.distill_future, "moves part of the SASRec teacher's mass"),
+            ("distill_ease", self.distill_ease, "blends EASE into the SASRec teacher"),
+        ):
+            if value > 0 and self.distill == 0:
+                raise ValueError(
+                    f"{key}={value} {does}, but distill is 0 (no teacher); set distill > 0 or "
+                    f"{key} 0"
+                )
         return self
 
 

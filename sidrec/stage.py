@@ -54,6 +54,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
         "sids.codebook_size",
         "model",
         "sft",
+        "grpo.ease_l2",
+        "grpo.ease_recency",
         "evaluate.num_beams",
         "evaluate.batch_size",
         "evaluate.exclude_seen",

@@ -95,6 +95,8 @@ def test_an_incremental_run_cannot_also_import_sids(project):
 def test_a_teacher_share_without_the_teacher_is_refused(project):
     with pytest.raises(ConfigError, match=r"sft: .*distill_future=0.3 .* but distill is 0"):
         load_settings("params.yaml", ["sft.distill=0", "sft.distill_future=0.3"])
+    with pytest.raises(ConfigError, match=r"sft: .*distill_ease=0.25 blends EASE .* distill is 0"):
+        load_settings("params.yaml", ["sft.distill=0", "sft.distill_ease=0.25"])
     load_settings("params.yaml", ["sft.distill=0"])  # no share: fine
 
 

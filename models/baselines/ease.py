@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from models.baselines import catalog_index, encode_histories, train_sequences
 
@@ -70,7 +71,10 @@ class EASE:
     def inputs(self, histories: Sequence[Sequence[Any]]) -> np.ndarray:
         """(n, items) float32: each history's items at their recency weight (newest 1; an item
         seen twice keeps its newest weight)."""
-        encoded = encode_histories(histories, self.index, "histories")
+        return self.encoded_inputs(encode_histories(histories, self.index, "histories"))
+
+    def encoded_inputs(self, encoded: Sequence[Sequence[int]]) -> np.ndarray:
+        """:meth:`inputs` of histories already given as catalog rows (``item_ids`` order)."""
         out = np.zeros((len(encoded), len(self.item_ids)), dtype=np.float32)
         for row, history in enumerate(encoded):
             if not history:
@@ -82,3 +86,17 @@ class EASE:
     def scores(self, histories: Sequence[Sequence[Any]]) -> np.ndarray:
         """(n, items) float32: every catalog item's score after each history."""
         return self.inputs(histories) @ self.weights
+
+
+def blend(sasrec: torch.Tensor, ease: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(n, items) SASRec's scores with EASE's blended in: ``sasrec + α · sd · z(ease)``, with
+    ``z`` each row standardized (mean 0, sd 1; a constant row 0) and ``sd`` the row's sd of
+    ``sasrec``. It ranks as ``z(sasrec) + α · z(ease)`` (the blend ``bench.blend`` measures)
+    and keeps SASRec's own scale, so a softmax temperature means what it meant for SASRec."""
+    return sasrec + alpha * sasrec.std(-1, keepdim=True) * _standardized(ease)
+
+
+def _standardized(values: torch.Tensor) -> torch.Tensor:
+    centred = values - values.mean(-1, keepdim=True)
+    sd = centred.std(-1, keepdim=True)
+    return torch.where(sd > 0, centred / sd.clamp_min(1e-12), torch.zeros_like(centred))

@@ -161,13 +161,21 @@ def sasrec_teacher(
     sasrec: Callable[[], SASRec] | None = None,
 ) -> Any:
     """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off),
-    from ``sasrec`` (a :func:`sasrec_loader`) when the caller shares one."""
+    from ``sasrec`` (a :func:`sasrec_loader`) when the caller shares one; with
+    ``sft.distill_ease`` > 0, EASE fitted on the train split is blended into it."""
     cfg = settings.sft
     if cfg.distill == 0:
         return None
     from models.distill import SasrecTeacher
 
     model = (sasrec or sasrec_loader(settings, item_ids))()
+    ease = None
+    if cfg.distill_ease > 0:
+        from models.baselines.ease import EASE
+
+        ease = EASE(
+            item_ids=model.item_ids, l2=settings.grpo.ease_l2, recency=settings.grpo.ease_recency
+        ).fit(read_split(settings, "train"))
     return SasrecTeacher(
         model,
         sid_token_matrix(tokenizer, sid_map, model.item_ids),
@@ -176,4 +184,6 @@ def sasrec_teacher(
         temperature=cfg.distill_temperature,
         future=cfg.distill_future,
         horizon=cfg.distill_horizon,
+        ease=ease,
+        ease_weight=cfg.distill_ease,
     )

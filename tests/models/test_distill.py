@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from models.baselines.ease import EASE, blend
 from models.baselines.sasrec import SASRec, SASRecConfig
 from models.distill import SasrecTeacher
 
@@ -188,3 +189,48 @@ def test_the_loss_is_the_cross_entropy_against_the_teacher_over_each_levels_toke
 def test_a_catalog_that_does_not_match_sasrecs_is_refused():
     with pytest.raises(ValueError, match="3 SIDs for a SASRec catalog of 4 items"):
         SasrecTeacher(_sasrec(), CATALOG[:3], bos_token_id=BOS, weight=1.0)
+
+
+def _ease(item_ids: list[str]) -> EASE:
+    """An EASE with hand-set weights: item 3 follows item 0, item 1 follows item 2."""
+    ease = EASE(item_ids=item_ids, recency=0.5)
+    ease.weights[0, 3] = 2.0
+    ease.weights[2, 1] = 1.0
+    return ease
+
+
+def test_an_ease_blend_scores_items_as_sasrec_plus_alpha_times_eases_standardized_scores():
+    sasrec = _sasrec()
+    teacher = SasrecTeacher(
+        sasrec, CATALOG, bos_token_id=BOS, weight=1.0, ease=_ease(sasrec.item_ids), ease_weight=3.0
+    )
+    first = teacher.targets(_window([0, 2, 1]))[0]
+    with torch.no_grad():  # item 1's place: history [0, 2], EASE reads 0 at 0.5 and 2 at 1
+        scores = sasrec.scores(sasrec(torch.tensor([[1, 3]]))[0, -1])
+    ease = torch.tensor([0.0, 1.0, 0.0, 1.0])  # 2 → 1 (1.0) and 0 → 3 (0.5 × 2.0)
+    z = (ease - ease.mean()) / ease.std()
+    blended = scores + 3.0 * scores.std() * z
+    blended[[0, 2]] = float("-inf")  # seen
+    p = blended.softmax(-1)
+    torch.testing.assert_close(first.probs[1], torch.stack([p[0] + p[1], p[2] + p[3]]))
+    # the blend ranks as z(sasrec) + α z(ease), whatever SASRec's scale
+    raw = torch.tensor([[0.3, 2.0, -1.0, 0.5]])
+    zs = (raw - raw.mean()) / raw.std()
+    assert torch.equal(
+        blend(raw, ease[None], 3.0).argsort(descending=True),
+        (zs + 3.0 * z).argsort(descending=True),
+    )
+    # weight 0: SASRec's targets
+    plain = SasrecTeacher(sasrec, CATALOG, bos_token_id=BOS, weight=1.0)
+    off = SasrecTeacher(
+        sasrec, CATALOG, bos_token_id=BOS, weight=1.0, ease=_ease(sasrec.item_ids), ease_weight=0
+    )
+    for a, b in zip(off.targets(_window([0, 2, 1])), plain.targets(_window([0, 2, 1])), strict=True):
+        torch.testing.assert_close(a.probs, b.probs)
+
+
+def test_an_ease_of_another_catalog_is_refused():
+    with pytest.raises(ValueError, match="same catalog in the same order"):
+        SasrecTeacher(
+            _sasrec(), CATALOG, bos_token_id=BOS, weight=1.0, ease=_ease(["b", "a", "c", "d"])
+        )
