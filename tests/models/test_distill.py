@@ -225,7 +225,9 @@ def test_an_ease_blend_scores_items_as_sasrec_plus_alpha_times_eases_standardize
     off = SasrecTeacher(
         sasrec, CATALOG, bos_token_id=BOS, weight=1.0, ease=_ease(sasrec.item_ids), ease_weight=0
     )
-    for a, b in zip(off.targets(_window([0, 2, 1])), plain.targets(_window([0, 2, 1])), strict=True):
+    for a, b in zip(
+        off.targets(_window([0, 2, 1])), plain.targets(_window([0, 2, 1])), strict=True
+    ):
         torch.testing.assert_close(a.probs, b.probs)
 
 
