@@ -637,6 +637,11 @@ class GrpoConfig(_Section):
     prompts where SFT left them. Needs ``sft.objective: sequence``. 0 = off."""
     anchor_windows: int = Field(8, ge=1)
     """Sequence windows per step for ``sft_anchor``."""
+    anchor_ease: float | None = Field(None, ge=0)
+    """Weight α of EASE in the anchor's teacher (the blend ``sft.distill_ease`` describes); null:
+    ``sft.distill_ease``, so the anchor is the loss SFT minimized. A blend SFT was not taught
+    gives GRPO information its SFT start lacks (docs/benchmarks.md). Needs ``sft_anchor`` > 0
+    and ``sft.distill`` > 0."""
     ema_decay: float | None = Field(None, gt=0, lt=1)
     """A moving average of the policy's weights, updated after every step with this decay;
     validation judges, and the stage keeps, the average (rollouts still come from the live

@@ -55,6 +55,7 @@ from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.embeddings import load_embeddings
 from tasks.shared.inputs import (
+    check_teacher_ease,
     item_texts,
     load_catalog_and_map,
     load_recommender,
@@ -112,6 +113,18 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
             f"{settings.sft.objective!r}: the anchor replays SFT's sequence windows; set "
             "sft.objective: sequence or grpo.sft_anchor: 0"
         )
+    if cfg.anchor_ease is not None and cfg.sft_anchor == 0:
+        raise ConfigError(
+            f"grpo.anchor_ease is {cfg.anchor_ease} but grpo.sft_anchor is 0: there is no anchor "
+            "to teach; set grpo.sft_anchor > 0 or grpo.anchor_ease: null"
+        )
+    if cfg.anchor_ease and settings.sft.distill == 0:
+        raise ConfigError(
+            f"grpo.anchor_ease is {cfg.anchor_ease} but sft.distill is 0: the anchor has no "
+            "teacher to blend EASE into; set sft.distill > 0 or grpo.anchor_ease: null"
+        )
+    if cfg.sft_anchor > 0 and cfg.anchor_ease is not None:
+        check_teacher_ease("grpo.anchor_ease", cfg.anchor_ease, n_items)
 
 
 def training_rows(
@@ -413,7 +426,8 @@ def sft_anchor(
 ) -> SftAnchor | None:
     """SFT's own sequence windows (the train split less ``sft.holdout_recent`` rows per user) as
     GRPO's anchor (``grpo.sft_anchor``; None when off), scored with SFT's loss: its SASRec
-    teacher joins where ``sft.distill`` is on. Under ``accelerate launch`` every process draws
+    teacher joins where ``sft.distill`` is on, EASE blended in at ``grpo.anchor_ease`` (null:
+    ``sft.distill_ease``). Under ``accelerate launch`` every process draws
     its own windows."""
     cfg = settings.grpo
     if cfg.sft_anchor <= 0:
@@ -424,7 +438,9 @@ def sft_anchor(
         weight=cfg.sft_anchor,
         per_step=cfg.anchor_windows,
         seed=settings.project.seed + process_rank(),
-        teacher=sasrec_teacher(settings, tokenizer, sid_map, item_ids, sasrec),
+        teacher=sasrec_teacher(
+            settings, tokenizer, sid_map, item_ids, sasrec, ease_weight=cfg.anchor_ease
+        ),
     )
 
 

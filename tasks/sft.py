@@ -57,6 +57,7 @@ from sidrec.registry import champion_label, champion_start
 from sidrec.stage import StageResult
 from sidrec.tracking import training_run
 from tasks.shared.inputs import (
+    check_teacher_ease,
     item_texts,
     load_catalog_and_map,
     read_split,
@@ -210,6 +211,7 @@ def sft(settings: Settings) -> StageResult:
     train, valid = read_split(settings, "train"), read_split(settings, "valid")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
     check_window(settings, levels)
+    check_teacher_ease("sft.distill_ease", settings.sft.distill_ease, len(items))
     texts = item_texts(settings, items)  # a bad sft.item_text stops the stage before training
     warm = None
     if cfg.warm_start == "champion":

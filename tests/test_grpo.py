@@ -285,6 +285,12 @@ def test_grpo_prompt_settings_that_leave_a_group_unscorable_or_no_prompts_are_co
     check_grpo_config(ease, n_items=30_000)
     with pytest.raises(ConfigError, match=r"grpo.rewards.ease is 0.5 .* 30001 items.*ease: 0"):
         check_grpo_config(ease, n_items=30_001)
+    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 but grpo.sft_anchor is 0"):
+        check_grpo_config(grpo_settings(anchor_ease=0.25), n_items=100)
+    taught = grpo_settings(anchor_ease=0.25, sft_anchor=1.0)
+    check_grpo_config(taught, n_items=30_000)
+    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 .* 30001 items"):
+        check_grpo_config(taught, n_items=30_001)
 
 
 def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objective(
@@ -344,9 +350,27 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
     assert shared_anchor is not None and shared_anchor.teacher is not None
     assert collaborative.func.func.model is shared_anchor.teacher.sasrec is shared()
     assert len(reads) == 1
+    # EASE joins the anchor's teacher at grpo.anchor_ease, SFT's own teacher at sft.distill_ease
+    assert anchor.teacher.ease is None
+    blended = synthetic_project.settings(
+        settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5, "anchor_ease": 0.25}
+    )
+    blended_anchor = sft_anchor(blended, builder, tokenizer, train, sid_map, catalog)
+    assert blended_anchor is not None and blended_anchor.teacher.ease_weight == 0.25
+    assert blended_anchor.teacher.ease.item_ids == [str(i) for i in catalog]
+    assert blended_anchor.teacher.ease.weights.any()  # fitted on the train split
     untaught = synthetic_project.settings(
         settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5}, sft={"distill": 0.0}
     )
+    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 but sft.distill is 0"):
+        check_grpo_config(
+            synthetic_project.settings(
+                settings.paths.data_dir.parent,
+                grpo={**GRPO, "sft_anchor": 0.5, "anchor_ease": 0.25},
+                sft={"distill": 0.0},
+            ),
+            n_items=100,
+        )
     untaught_anchor = sft_anchor(untaught, builder, tokenizer, train, sid_map, catalog)
     assert untaught_anchor is not None and untaught_anchor.teacher is None
     # every train interaction, in its window (the SFT windows, not GRPO's one row per user)

@@ -138,6 +138,15 @@ def test_a_window_longer_than_the_context_is_a_config_error(make_settings, proje
     check_window(rows, levels=3)  # the rows objective has no windows
 
 
+def test_ease_in_the_teacher_is_refused_above_the_catalog_ease_inverts():
+    from tasks.shared.inputs import check_teacher_ease
+
+    check_teacher_ease("sft.distill_ease", 0.25, 30_000)
+    check_teacher_ease("sft.distill_ease", 0.0, 30_001)  # no EASE: any catalog
+    with pytest.raises(ConfigError, match=r"sft.distill_ease is 0.25 .* 30001 items.*: 0"):
+        check_teacher_ease("sft.distill_ease", 0.25, 30_001)
+
+
 @pytest.mark.parametrize("key", ["distill", "corrupt_items", "drop_items"])
 def test_sequence_only_keys_need_sequence_windows(make_settings, project, key):
     from tasks.shared.inputs import sasrec_teacher

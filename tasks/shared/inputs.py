@@ -15,7 +15,7 @@ from models.baselines import train_sequences
 from models.recommender import SidRecommender
 from models.sid import SidMap, read_sid_map, sid_tokens
 from sidrec.config import Settings
-from sidrec.errors import InputError
+from sidrec.errors import ConfigError, InputError
 from sidrec.io import read_table
 from sidrec.schemas import ITEMS, SPLIT
 from tasks.shared.texts import render_texts
@@ -159,18 +159,22 @@ def sasrec_teacher(
     sid_map: SidMap,
     item_ids: list[str],
     sasrec: Callable[[], SASRec] | None = None,
+    *,
+    ease_weight: float | None = None,
 ) -> Any:
     """The ``baselines`` stage's SASRec as the teacher ``sft.distill`` switches on (None: off),
     from ``sasrec`` (a :func:`sasrec_loader`) when the caller shares one; with
-    ``sft.distill_ease`` > 0, EASE fitted on the train split is blended into it."""
+    ``sft.distill_ease`` > 0 (or ``ease_weight``, which replaces it), EASE fitted on the train
+    split is blended into it."""
     cfg = settings.sft
     if cfg.distill == 0:
         return None
     from models.distill import SasrecTeacher
 
     model = (sasrec or sasrec_loader(settings, item_ids))()
+    alpha = cfg.distill_ease if ease_weight is None else ease_weight
     ease = None
-    if cfg.distill_ease > 0:
+    if alpha > 0:
         from models.baselines.ease import EASE
 
         ease = EASE(
@@ -185,5 +189,16 @@ def sasrec_teacher(
         future=cfg.distill_future,
         horizon=cfg.distill_horizon,
         ease=ease,
-        ease_weight=cfg.distill_ease,
+        ease_weight=alpha,
     )
+
+
+def check_teacher_ease(key: str, weight: float, n_items: int) -> None:
+    """EASE in a teacher (``key`` its weight) must fit its dense inverse."""
+    from models.baselines.ease import MAX_ITEMS
+
+    if weight > 0 and n_items > MAX_ITEMS:
+        raise ConfigError(
+            f"{key} is {weight} but the catalog has {n_items} items: EASE inverts a dense "
+            f"items × items matrix, up to {MAX_ITEMS} items; set {key}: 0"
+        )
