@@ -630,18 +630,18 @@ class GrpoConfig(_Section):
     ID:``, the SFT alignment task; MiniOneRec mixes them into its RL data): catalog items in a
     seeded order, each its own target, no history (the collaborative reward leaves them out)
     and no exclusions. 0 = history prompts only."""
-    sft_anchor: float = Field(0.0, ge=0)
+    sft_anchor: float = Field(1.0, ge=0)
     """Weight of SFT's loss (token cross-entropy, plus ``sft.distill``'s SASRec term when on) on
     ``anchor_windows`` of SFT's sequence windows (a fresh draw every step), added to every GRPO
     step's loss (InstructGPT's PPO-ptx): it holds the model's predictions outside the step's
     prompts where SFT left them. Needs ``sft.objective: sequence``. 0 = off."""
     anchor_windows: int = Field(8, ge=1)
     """Sequence windows per step for ``sft_anchor``."""
-    anchor_ease: float | None = Field(None, ge=0)
+    anchor_ease: float | None = Field(0.25, ge=0)
     """Weight α of EASE in the anchor's teacher (the blend ``sft.distill_ease`` describes); null:
     ``sft.distill_ease``, so the anchor is the loss SFT minimized. A blend SFT was not taught
-    gives GRPO information its SFT start lacks (docs/benchmarks.md). Needs ``sft_anchor`` > 0
-    and ``sft.distill`` > 0."""
+    gives GRPO information its SFT start lacks (docs/benchmarks.md). It acts where the anchor
+    has a teacher (``sft.distill`` > 0; without one the anchor is the token loss alone)."""
     ema_decay: float | None = Field(None, gt=0, lt=1)
     """A moving average of the policy's weights, updated after every step with this decay;
     validation judges, and the stage keeps, the average (rollouts still come from the live
@@ -841,7 +841,21 @@ class Settings(_Section):
                 "split.method leave_one_out needs validate.min_user_interactions >= 3 "
                 "(one item each for train, valid and test)"
             )
+        self._check_anchor()
         return self
+
+    def _check_anchor(self) -> None:
+        """GRPO's anchor replays SFT's sequence windows: refused now, not after SFT has
+        trained, where SFT trains none."""
+        grpo = self.grpo
+        if not grpo.enabled or grpo.sft_anchor == 0:
+            return
+        if self.sft.objective != "sequence":
+            raise ValueError(
+                f"grpo.sft_anchor is {grpo.sft_anchor} but sft.objective is "
+                f"{self.sft.objective!r}: the anchor replays SFT's sequence windows; set "
+                "grpo.sft_anchor: 0 (or sft.objective: sequence)"
+            )
 
     @property
     def paths(self) -> DatasetPaths:

@@ -107,22 +107,6 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
             f"inverts a dense items × items matrix, up to {EASE_MAX_ITEMS} items; set "
             "grpo.rewards.ease: 0"
         )
-    if cfg.sft_anchor > 0 and settings.sft.objective != "sequence":
-        raise ConfigError(
-            f"grpo.sft_anchor is {cfg.sft_anchor} but sft.objective is "
-            f"{settings.sft.objective!r}: the anchor replays SFT's sequence windows; set "
-            "sft.objective: sequence or grpo.sft_anchor: 0"
-        )
-    if cfg.anchor_ease is not None and cfg.sft_anchor == 0:
-        raise ConfigError(
-            f"grpo.anchor_ease is {cfg.anchor_ease} but grpo.sft_anchor is 0: there is no anchor "
-            "to teach; set grpo.sft_anchor > 0 or grpo.anchor_ease: null"
-        )
-    if cfg.anchor_ease and settings.sft.distill == 0:
-        raise ConfigError(
-            f"grpo.anchor_ease is {cfg.anchor_ease} but sft.distill is 0: the anchor has no "
-            "teacher to blend EASE into; set sft.distill > 0 or grpo.anchor_ease: null"
-        )
     if cfg.sft_anchor > 0 and cfg.anchor_ease is not None:
         check_teacher_ease("grpo.anchor_ease", cfg.anchor_ease, n_items)
 

@@ -285,8 +285,6 @@ def test_grpo_prompt_settings_that_leave_a_group_unscorable_or_no_prompts_are_co
     check_grpo_config(ease, n_items=30_000)
     with pytest.raises(ConfigError, match=r"grpo.rewards.ease is 0.5 .* 30001 items.*ease: 0"):
         check_grpo_config(ease, n_items=30_001)
-    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 but grpo.sft_anchor is 0"):
-        check_grpo_config(grpo_settings(anchor_ease=0.25), n_items=100)
     taught = grpo_settings(anchor_ease=0.25, sft_anchor=1.0)
     check_grpo_config(taught, n_items=30_000)
     with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 .* 30001 items"):
@@ -325,8 +323,8 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
         fmt="sequence",
     )
     assert (
-        sft_anchor(grpo_settings(), builder, tokenizer, train, sid_map, catalog) is None
-    )  # off by default
+        sft_anchor(grpo_settings(sft_anchor=0), builder, tokenizer, train, sid_map, catalog) is None
+    )
     anchor = sft_anchor(settings, builder, tokenizer, train, sid_map, catalog)
     assert anchor is not None and (anchor.weight, anchor.per_step) == (0.5, 3)
     # scored with SFT's loss: SASRec's soft targets at SFT's weight and temperature
@@ -350,27 +348,20 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
     assert shared_anchor is not None and shared_anchor.teacher is not None
     assert collaborative.func.func.model is shared_anchor.teacher.sasrec is shared()
     assert len(reads) == 1
-    # EASE joins the anchor's teacher at grpo.anchor_ease, SFT's own teacher at sft.distill_ease
-    assert anchor.teacher.ease is None
-    blended = synthetic_project.settings(
-        settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5, "anchor_ease": 0.25}
+    # EASE joins the anchor's teacher at grpo.anchor_ease (0.25 by default), fitted on the
+    # train split; null: SFT's own teacher (sft.distill_ease, 0 by default: SASRec alone)
+    assert settings.grpo.anchor_ease == 0.25 and anchor.teacher.ease_weight == 0.25
+    assert anchor.teacher.ease.item_ids == [str(i) for i in catalog]
+    assert anchor.teacher.ease.weights.any()
+    as_sft = synthetic_project.settings(
+        settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5, "anchor_ease": None}
     )
-    blended_anchor = sft_anchor(blended, builder, tokenizer, train, sid_map, catalog)
-    assert blended_anchor is not None and blended_anchor.teacher.ease_weight == 0.25
-    assert blended_anchor.teacher.ease.item_ids == [str(i) for i in catalog]
-    assert blended_anchor.teacher.ease.weights.any()  # fitted on the train split
+    as_sft_anchor = sft_anchor(as_sft, builder, tokenizer, train, sid_map, catalog)
+    assert as_sft_anchor is not None and as_sft_anchor.teacher.ease is None
+    # without SFT's teacher the anchor is the token loss alone (grpo.anchor_ease has no teacher)
     untaught = synthetic_project.settings(
         settings.paths.data_dir.parent, grpo={**GRPO, "sft_anchor": 0.5}, sft={"distill": 0.0}
     )
-    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 but sft.distill is 0"):
-        check_grpo_config(
-            synthetic_project.settings(
-                settings.paths.data_dir.parent,
-                grpo={**GRPO, "sft_anchor": 0.5, "anchor_ease": 0.25},
-                sft={"distill": 0.0},
-            ),
-            n_items=100,
-        )
     untaught_anchor = sft_anchor(untaught, builder, tokenizer, train, sid_map, catalog)
     assert untaught_anchor is not None and untaught_anchor.teacher is None
     # every train interaction, in its window (the SFT windows, not GRPO's one row per user)
@@ -399,13 +390,12 @@ def test_the_sft_anchor_replays_the_train_windows_and_needs_the_sequence_objecti
     assert targets == sum(map(len, kept)) * (levels + 1)  # each item's SID and EOS
     assert sum(map(len, kept)) < sum(map(len, replayed))
 
-    rows = synthetic_project.settings(
-        settings.paths.data_dir.parent,
-        grpo={**GRPO, "sft_anchor": 0.5},
-        sft={"objective": "rows", "distill": 0},
-    )
     with pytest.raises(ConfigError, match=r"grpo.sft_anchor is 0.5 but sft.objective is 'rows'"):
-        check_grpo_config(rows, n_items=100)
+        synthetic_project.settings(
+            settings.paths.data_dir.parent,
+            grpo={**GRPO, "sft_anchor": 0.5},
+            sft={"objective": "rows", "distill": 0},
+        )
 
 
 @pytest.mark.parametrize("exclude_seen", [True, False])

@@ -90,7 +90,9 @@ def test_sft_trains_without_the_held_out_rows(make_settings, project):
     examples, _ = build_datasets(settings, _Recorder(), train, valid)
     assert examples == [("window", ("a0", "a1", "a2", "a3"))]
     rows = make_settings(
-        project, sft={"holdout_recent": 2, "tasks": ["seq_rec"], "objective": "rows", "distill": 0}
+        project,
+        sft={"holdout_recent": 2, "tasks": ["seq_rec"], "objective": "rows", "distill": 0},
+        grpo={"sft_anchor": 0},
     )
     examples, _ = build_datasets(rows, _Recorder(), train, valid)
     assert [e[2] for e in examples] == ["a1", "a2", "a3"]
@@ -134,7 +136,9 @@ def test_a_window_longer_than_the_context_is_a_config_error(make_settings, proje
     check_window(
         settings.model_copy(update={"sft": settings.sft.model_copy(update={"window": 63})}), 3
     )
-    rows = make_settings(project, sft={"window": 70, "objective": "rows", "distill": 0})
+    rows = make_settings(
+        project, sft={"window": 70, "objective": "rows", "distill": 0}, grpo={"sft_anchor": 0}
+    )
     check_window(rows, levels=3)  # the rows objective has no windows
 
 
@@ -154,7 +158,7 @@ def test_sequence_only_keys_need_sequence_windows(make_settings, project, key):
     # refused when the settings load, before a tokenizer or model is built
     with pytest.raises(ConfigError, match=rf"{key}=0.5 act on sequence windows.*sft.{key}=0"):
         make_settings(project, sft={"objective": "rows", "distill": 0, key: 0.5})
-    off = make_settings(project, sft={"objective": "rows", "distill": 0.0})
+    off = make_settings(project, sft={"objective": "rows", "distill": 0.0}, grpo={"sft_anchor": 0})
     assert sasrec_teacher(off, None, {}, []) is None  # SASRec is not read
 
 
