@@ -1,7 +1,7 @@
 """Benchmark: SASRec, EASE and a blend of the two on the test users of finished runs.
 
     python -m bench.blend bench/runs/q/default/seed-0 bench/runs/q/default/seed-1 \\
-        bench/runs/q/default/seed-2
+        bench/runs/q/default/seed-2 [--models grpo sft]
 
 GRPO's ``ease`` reward (``grpo.rewards.ease``) reads EASE (``models/baselines/ease.py``), the
 catalog's item-to-item co-occurrences after a history read by recency. Whether that signal is
@@ -20,7 +20,9 @@ new to SASRec is measured here with no generative model at all, per run folder o
 Every model ranks the same test users with the same exclusions as ``evaluate`` (the user's
 earlier items under ``evaluate.exclude_seen``). Prints test NDCG@10 per run, then, pooled over
 the runs (each user's mean over them, as ``bench.quality`` pools seeds), EASE − SASRec and
-blend − SASRec with paired bootstrap intervals and the blend / SASRec ratio.
+blend − SASRec with paired bootstrap intervals and the blend / SASRec ratio. With ``--models``,
+the run's own models (evaluate's per-user test scores, e.g. ``grpo``) join the table, and a
+second table gives each one − blend and / blend.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bench.common import bench_args, run_settings
+from bench.common import bench_args, per_user_scores, run_settings
 
 if TYPE_CHECKING:
     from sidrec.config import Settings
@@ -50,6 +52,12 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--recency", type=float, default=None, help="default: the run's grpo.ease_recency"
     )
     parser.add_argument("--alphas", type=float, nargs="+", default=list(ALPHAS))
+    parser.add_argument(
+        "--models",
+        nargs="*",
+        default=[],
+        help="the run's own models (evaluate's per-user test scores) to compare with the blend",
+    )
 
 
 class RunScores(NamedTuple):
@@ -117,13 +125,34 @@ def run_scores(
     return RunScores(frame, float(alpha))
 
 
+def with_models(result: RunScores, run: Path, models: Sequence[str]) -> RunScores:
+    """``result`` with a test NDCG@10 column per model of the run's own evaluation."""
+    for model in models:
+        if model in MODELS:
+            raise ValueError(f"{model!r} is computed here; --models takes the run's other models")
+    extra = [per_user_scores(run, "test", m, ["ndcg@10"])["ndcg@10"].rename(m) for m in models]
+    frame = result.ndcg.join([e.set_axis(e.index.astype(str)) for e in extra], how="left")
+    missing = frame[list(models)].isna().any(axis=1)
+    if missing.any():
+        from sidrec.errors import InputError
+
+        raise InputError(
+            f"{int(missing.sum())} test user(s) have no score of {', '.join(models)}", path=run
+        )
+    return result._replace(ndcg=frame)
+
+
 def main() -> None:
     args = bench_args(__doc__, _options)
     from models.stats import paired_bootstrap_interval, paired_ratio_interval
     from sidrec.errors import InputError
 
     scores = [
-        run_scores(run_settings(run), l2=args.l2, recency=args.recency, alphas=args.alphas)
+        with_models(
+            run_scores(run_settings(run), l2=args.l2, recency=args.recency, alphas=args.alphas),
+            run,
+            args.models,
+        )
         for run in args.runs
     ]
     users = scores[0].ndcg.index
@@ -146,7 +175,7 @@ def main() -> None:
     print(f"pooled over {len(scores)} run(s), {len(users)} test users (each user's mean):")
     print("| model | NDCG@10 | − SASRec [95% paired bootstrap] | / SASRec [95%] |")
     print("|---|---|---|---|")
-    for model in MODELS:
+    for model in [*MODELS, *args.models]:
         values = pooled[model].to_numpy()
         if model == "sasrec":
             print(f"| sasrec | {values.mean():.4f} | | |")
@@ -157,6 +186,20 @@ def main() -> None:
             f"| {model} | {values.mean():.4f} | {diff.mean:+.4f} [{diff.low:+.4f}, "
             f"{diff.high:+.4f}] | {ratio.mean:.3f}× [{ratio.low:.3f}, {ratio.high:.3f}] |"
         )
+
+    if args.models:
+        blend = pooled["blend"].to_numpy()
+        print()
+        print("| model | − blend [95% paired bootstrap] | / blend [95%] |")
+        print("|---|---|---|")
+        for model in args.models:
+            values = pooled[model].to_numpy()
+            diff = paired_bootstrap_interval(values, blend)
+            ratio = paired_ratio_interval(values, blend)
+            print(
+                f"| {model} | {diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] | "
+                f"{ratio.mean:.3f}× [{ratio.low:.3f}, {ratio.high:.3f}] |"
+            )
 
 
 if __name__ == "__main__":

@@ -259,3 +259,26 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "torch": torch.__version__,
     }
+
+
+def per_user_scores(run: Path, split: str, model: str, metrics: Sequence[str]) -> Any:
+    """``metrics`` of ``model`` on ``split`` per user (a DataFrame indexed by user_id), from the
+    run folder's ``metrics/eval_users.parquet`` (written by ``evaluate``); one row per user."""
+    import pandas as pd
+
+    path = run / "metrics" / "eval_users.parquet"
+    if not path.exists():
+        raise InputError("no per-user scores; run `sidrec evaluate` there first", path=path)
+    table = pd.read_parquet(path)
+    rows = table[(table["split"] == split) & (table["model"] == model)]
+    if rows.empty:
+        raise InputError(f"no {split} rows of model {model!r}", path=path)
+    repeated = rows["user_id"][rows["user_id"].duplicated()]
+    if not repeated.empty:  # pairing by user would multiply such a user's rows
+        raise InputError(
+            f"{repeated.nunique()} user(s) have several {split} rows (e.g. "
+            f"{repeated.iloc[0]!r}: a sliding-window split); a paired comparison needs one row "
+            "per user, as a leave-one-out split has",
+            path=path,
+        )
+    return rows.set_index("user_id")[list(metrics)]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.common import bench_args
+from bench.common import bench_args, per_user_scores
 
 METRICS = ("ndcg@10", "hr@10")
 
@@ -49,22 +49,7 @@ def main() -> None:
     from sidrec.errors import InputError
 
     def scores(run: Path, model: str) -> pd.DataFrame:
-        path = run / "metrics" / "eval_users.parquet"
-        if not path.exists():
-            raise InputError("no per-user scores; run `sidrec evaluate` there first", path=path)
-        table = pd.read_parquet(path)
-        rows = table[(table["split"] == args.split) & (table["model"] == model)]
-        if rows.empty:
-            raise InputError(f"no {args.split} rows of model {model!r}", path=path)
-        repeated = rows["user_id"][rows["user_id"].duplicated()]
-        if not repeated.empty:  # pairing by user would multiply such a user's rows
-            raise InputError(
-                f"{repeated.nunique()} user(s) have several {args.split} rows (e.g. "
-                f"{repeated.iloc[0]!r}: a sliding-window split); bench.compare pairs one row "
-                "per user, as a leave-one-out split has",
-                path=path,
-            )
-        return rows.set_index("user_id")[list(METRICS)]
+        return per_user_scores(run, args.split, model, METRICS)
 
     if len(args.runs) % 2:
         raise InputError(f"runs come in pairs (A B [A B ...]); got {len(args.runs)} folders")

@@ -34,3 +34,23 @@ def test_alpha_comes_from_the_given_weights_and_ease_follows_its_options(trained
     other = run_scores(trained, l2=10.0, recency=1.0, alphas=[0.25])
     # with a set (recency 1) EASE no longer knows which item came last: its ranking changes
     assert not np.array_equal(result.ndcg["ease"], other.ndcg["ease"])
+
+
+def test_the_runs_own_models_join_the_blends_table(trained: Settings) -> None:
+    import pandas as pd
+
+    from bench.blend import with_models
+    from sidrec.errors import InputError
+
+    evaluate(trained)
+    run = trained.paths.metrics("eval").parent.parent  # the folder holding metrics/
+    result = with_models(run_scores(trained, alphas=[0.25]), run, ["sft"])
+    assert list(result.ndcg.columns) == ["sasrec", "ease", "blend", "sft"]
+    table = pd.read_parquet(run / "metrics" / "eval_users.parquet")
+    sft = table[(table["split"] == "test") & (table["model"] == "sft")]
+    expected = sft.set_index(sft["user_id"].astype(str))["ndcg@10"]
+    np.testing.assert_array_equal(result.ndcg["sft"], expected.loc[result.ndcg.index])
+    with pytest.raises(InputError, match="no test rows of model 'grpo'"):
+        with_models(run_scores(trained, alphas=[0.25]), run, ["grpo"])
+    with pytest.raises(ValueError, match="'sasrec' is computed here"):
+        with_models(result, run, ["sasrec"])
