@@ -107,8 +107,7 @@ def check_grpo_config(settings: Settings, n_items: int) -> None:
             f"inverts a dense items × items matrix, up to {EASE_MAX_ITEMS} items; set "
             "grpo.rewards.ease: 0"
         )
-    if cfg.sft_anchor > 0 and cfg.anchor_ease is not None:
-        check_teacher_ease("grpo.anchor_ease", cfg.anchor_ease, n_items)
+    check_teacher_ease(settings, n_items)
 
 
 def training_rows(

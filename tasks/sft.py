@@ -211,7 +211,7 @@ def sft(settings: Settings) -> StageResult:
     train, valid = read_split(settings, "train"), read_split(settings, "valid")
     levels, k = sid_shape(sid_map, settings.sids.codebook_size)
     check_window(settings, levels)
-    check_teacher_ease("sft.distill_ease", settings.sft.distill_ease, len(items))
+    check_teacher_ease(settings, len(items))  # GRPO's anchor too: refused before SFT trains
     texts = item_texts(settings, items)  # a bad sft.item_text stops the stage before training
     warm = None
     if cfg.warm_start == "champion":

@@ -142,13 +142,25 @@ def test_a_window_longer_than_the_context_is_a_config_error(make_settings, proje
     check_window(rows, levels=3)  # the rows objective has no windows
 
 
-def test_ease_in_the_teacher_is_refused_above_the_catalog_ease_inverts():
+def test_ease_in_a_teacher_is_refused_above_the_catalog_ease_inverts(make_settings, project):
     from tasks.shared.inputs import check_teacher_ease
 
-    check_teacher_ease("sft.distill_ease", 0.25, 30_000)
-    check_teacher_ease("sft.distill_ease", 0.0, 30_001)  # no EASE: any catalog
-    with pytest.raises(ConfigError, match=r"sft.distill_ease is 0.25 .* 30001 items.*: 0"):
-        check_teacher_ease("sft.distill_ease", 0.25, 30_001)
+    # by default GRPO's anchor blends EASE in: refused before SFT trains, naming the key
+    settings = make_settings(project)
+    check_teacher_ease(settings, 30_000)
+    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 .* 30001 items.*: 0"):
+        check_teacher_ease(settings, 30_001)
+    sft = make_settings(project, sft={"distill_ease": 0.5}, grpo={"anchor_ease": 0.0})
+    with pytest.raises(ConfigError, match=r"sft.distill_ease is 0.5 .* 30001 items"):
+        check_teacher_ease(sft, 30_001)
+    # no EASE where it would act: any catalog
+    for off in (
+        make_settings(project, grpo={"anchor_ease": 0.0}),
+        make_settings(project, grpo={"sft_anchor": 0.0}),
+        make_settings(project, grpo={"enabled": False}),
+        make_settings(project, sft={"distill": 0.0}),
+    ):
+        check_teacher_ease(off, 30_001)
 
 
 @pytest.mark.parametrize("key", ["distill", "corrupt_items", "drop_items"])

@@ -193,12 +193,20 @@ def sasrec_teacher(
     )
 
 
-def check_teacher_ease(key: str, weight: float, n_items: int) -> None:
-    """EASE in a teacher (``key`` its weight) must fit its dense inverse."""
+def check_teacher_ease(settings: Settings, n_items: int) -> None:
+    """EASE in SFT's teacher (``sft.distill_ease``) or in GRPO's anchor (``grpo.anchor_ease``)
+    must fit its dense inverse; the SFT stage asks before it trains, GRPO before it loads."""
     from models.baselines.ease import MAX_ITEMS
 
-    if weight > 0 and n_items > MAX_ITEMS:
-        raise ConfigError(
-            f"{key} is {weight} but the catalog has {n_items} items: EASE inverts a dense "
-            f"items × items matrix, up to {MAX_ITEMS} items; set {key}: 0"
-        )
+    if n_items <= MAX_ITEMS or settings.sft.distill == 0:  # no teacher: no EASE in it
+        return
+    grpo = settings.grpo
+    used = [("sft.distill_ease", settings.sft.distill_ease)]
+    if grpo.enabled and grpo.sft_anchor > 0 and grpo.anchor_ease is not None:
+        used.append(("grpo.anchor_ease", grpo.anchor_ease))
+    for key, weight in used:
+        if weight > 0:
+            raise ConfigError(
+                f"{key} is {weight} but the catalog has {n_items} items: EASE inverts a dense "
+                f"items × items matrix, up to {MAX_ITEMS} items; set {key}: 0"
+            )
