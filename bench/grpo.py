@@ -3,7 +3,8 @@
     python -m bench.grpo [--steps 10] [--set section.key=value ...]
 
 Needs the outputs of `make run` (or `sidrec pipeline --until sft`) in the project folder:
-the data, the SID map and the SFT model. Each rollout mode trains a copy of the SFT model
+the data, the SID map, the SFT model and SASRec (the teacher of GRPO's anchor, on by default;
+`--set grpo.sft_anchor=0` times GRPO without it). Each rollout mode trains a copy of the SFT model
 for ``--steps`` steps in a temporary folder (nothing in the project is touched) and reports
 TRL's own ``step_time`` (rollout generation, rewards and the optimizer step; the validation
 runs before and after are not counted). Target (issue 5): beam ≤ 1.5× sample.
@@ -59,6 +60,8 @@ def main() -> None:
                 ],
             )
             shutil.copytree(project.paths.sft_model, settings.paths.sft_model)
+            if project.paths.sasrec_model.is_dir():  # the anchor's teacher (grpo.sft_anchor)
+                shutil.copytree(project.paths.sasrec_model, settings.paths.sasrec_model)
             m = grpo(settings).metrics
             rows.append((mode, m))
     g, p = project.grpo.num_generations, project.grpo.prompts_per_step
