@@ -583,6 +583,10 @@ class SyntheticProject:
     }
     """The keys every settings of the synthetic project replaces (SFT learns the pattern)."""
 
+    def overrides(self, **sections: dict[str, Any]) -> list[str]:
+        """``--set`` overrides of the synthetic project (``sections`` replace or add keys)."""
+        return _overrides(TEST_BASE, self.preset, sections)
+
     def settings(self, root: Path, **sections: dict[str, Any]) -> Settings:
         return _settings(root, self.preset, sections)
 
