@@ -144,7 +144,6 @@ def with_models(result: RunScores, run: Path, models: Sequence[str]) -> RunScore
 
 def main() -> None:
     args = bench_args(__doc__, _options)
-    from models.stats import paired_bootstrap_interval, paired_ratio_interval
     from sidrec.errors import InputError
 
     scores = [
@@ -180,12 +179,7 @@ def main() -> None:
         if model == "sasrec":
             print(f"| sasrec | {values.mean():.4f} | | |")
             continue
-        diff = paired_bootstrap_interval(values, base)
-        ratio = paired_ratio_interval(values, base)
-        print(
-            f"| {model} | {values.mean():.4f} | {diff.mean:+.4f} [{diff.low:+.4f}, "
-            f"{diff.high:+.4f}] | {ratio.mean:.3f}× [{ratio.low:.3f}, {ratio.high:.3f}] |"
-        )
+        print(f"| {model} | {values.mean():.4f} | {_against(values, base)} |")
 
     if args.models:
         blend = pooled["blend"].to_numpy()
@@ -193,13 +187,19 @@ def main() -> None:
         print("| model | − blend [95% paired bootstrap] | / blend [95%] |")
         print("|---|---|---|")
         for model in args.models:
-            values = pooled[model].to_numpy()
-            diff = paired_bootstrap_interval(values, blend)
-            ratio = paired_ratio_interval(values, blend)
-            print(
-                f"| {model} | {diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] | "
-                f"{ratio.mean:.3f}× [{ratio.low:.3f}, {ratio.high:.3f}] |"
-            )
+            print(f"| {model} | {_against(pooled[model].to_numpy(), blend)} |")
+
+
+def _against(values: np.ndarray, base: np.ndarray) -> str:
+    """Two table cells: ``values − base`` and ``values / base`` with their paired intervals."""
+    from models.stats import paired_bootstrap_interval, paired_ratio_interval
+
+    diff = paired_bootstrap_interval(values, base)
+    ratio = paired_ratio_interval(values, base)
+    return (
+        f"{diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] | "
+        f"{ratio.mean:.3f}× [{ratio.low:.3f}, {ratio.high:.3f}]"
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import sys
 import pytest
 
 from sidrec.config import Settings
-from tests.test_grpo import GRPO
 
 
 def test_the_bench_times_every_rollout_with_the_default_anchor(
@@ -17,7 +16,10 @@ def test_the_bench_times_every_rollout_with_the_default_anchor(
     from bench import grpo as bench_grpo
 
     assert trained.grpo.sft_anchor > 0 and trained.paths.sasrec_model.is_dir()
-    sets = synthetic_project.overrides(grpo={**GRPO, "eval_users": None})
+    # GRPO on, groups the synthetic catalog holds; the bench sets the steps and validations
+    sets = synthetic_project.overrides(
+        grpo={"enabled": True, "num_generations": 4, "prompts_per_step": 4, "eval_users": None}
+    )
     argv = ["bench.grpo", "--threads", "1", "--steps", "2"]
     monkeypatch.setattr(sys, "argv", argv + [a for o in sets for a in ("--set", o)])
     bench_grpo.main()
