@@ -6,7 +6,7 @@
 GRPO's ``ease`` reward (``grpo.rewards.ease``) reads EASE (``models/baselines/ease.py``), the
 catalog's item-to-item co-occurrences after a history read by recency. Whether that signal is
 new to SASRec is measured here with no generative model at all, per run folder of
-:mod:`bench.quality` (or :mod:`bench.variant`):
+:mod:`bench.quality` (or :mod:`bench.experiments.variant`):
 
 - SASRec: the run's own ``baselines`` model, as ``evaluate`` ranks with it;
 - EASE, fitted on the run's train split with the run's ``grpo.ease_l2`` and

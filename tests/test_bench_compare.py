@@ -1,4 +1,4 @@
-"""bench/compare.py: one pair of runs, several pairs pooled over seeds as bench.quality pools
+"""bench/experiments/compare.py: one pair of runs, several pairs pooled over seeds as bench.quality pools
 them (each user's mean over the pairs), and the refusals (odd folder count, other users)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.compare import main
+from bench.experiments.compare import main
 from sidrec.errors import InputError
 
 

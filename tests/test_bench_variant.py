@@ -1,4 +1,4 @@
-"""bench.variant: a finished run folder copied and re-run from a stage with more settings (the
+"""bench.experiments.variant: a finished run folder copied and re-run from a stage with more settings (the
 stages themselves faked: what is copied, which settings run and what is recorded)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import bench.common
-import bench.variant
+import bench.experiments.variant
 from bench.common import RUN_RECORD, StagesRun, ensure_run, folder_settings
-from bench.variant import variant
+from bench.experiments.variant import variant
 from sidrec.errors import InputError
 
 
@@ -42,7 +42,7 @@ def test_the_copy_reruns_from_start_with_the_sources_settings_then_the_new_ones(
         assert not (work / RUN_RECORD).exists()  # unfinished while it runs
         return StagesRun(folder_settings(work, overrides), {}, {"grpo": 7.0, "evaluate": 1.0})
 
-    monkeypatch.setattr(bench.variant, "run_stages", fake_run)
+    monkeypatch.setattr(bench.experiments.variant, "run_stages", fake_run)
     copy = tmp_path / "variants" / "seed-3"
     variant(finished, copy, "grpo", ["grpo.max_steps=5"])
     assert ran == [(copy, ["project.seed=3", "grpo.max_steps=5"], "grpo", "evaluate")]
@@ -64,7 +64,7 @@ def test_register_first_registers_with_the_sources_settings_alone(
         ran.append((list(overrides), start, until))
         return StagesRun(folder_settings(work, overrides), {}, {"sft": 2.0})
 
-    monkeypatch.setattr(bench.variant, "run_stages", fake_run)
+    monkeypatch.setattr(bench.experiments.variant, "run_stages", fake_run)
     copy = tmp_path / "variants" / "seed-3"
     variant(finished, copy, "sft", ["sft.warm_start=champion"], register=True)
     assert ran == [
@@ -82,7 +82,7 @@ def test_a_failed_rerun_leaves_a_copy_without_a_record(
     def failing(work: Path, overrides: list[str], *, start: str, until: str) -> StagesRun:
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(bench.variant, "run_stages", failing)
+    monkeypatch.setattr(bench.experiments.variant, "run_stages", failing)
     copy = tmp_path / "variants" / "seed-3"
     with pytest.raises(RuntimeError):
         variant(finished, copy, "grpo", [])

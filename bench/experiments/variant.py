@@ -1,12 +1,12 @@
 """Benchmark: a finished run folder copied, and its stages from ``--start`` re-run with more
 settings, so one change is measured on the same split, SIDs and earlier models.
 
-    python -m bench.variant bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 \\
+    python -m bench.experiments.variant bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 \\
         --start grpo --set grpo.frontier_prompts=true
-    python -m bench.compare bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 --model grpo
-    python -m bench.compare bench/runs/frontier/seed-0 bench/runs/frontier/seed-0 \\
+    python -m bench.experiments.compare bench/runs/q/default/seed-0 bench/runs/frontier/seed-0 --model grpo
+    python -m bench.experiments.compare bench/runs/frontier/seed-0 bench/runs/frontier/seed-0 \\
         --model sft --model-b grpo
-    python -m bench.variant bench/runs/q/default/seed-0 bench/runs/more-sft/seed-0 --register \\
+    python -m bench.experiments.variant bench/runs/q/default/seed-0 bench/runs/more-sft/seed-0 --register \\
         --start sft --set sft.warm_start=champion --set sft.epochs=2 --set grpo.enabled=false
 
 The source must hold a finished run of :mod:`bench.quality` (its ``bench-run.json`` names the

@@ -1,9 +1,9 @@
 """Benchmark: paired comparison of models from two runs on the same split and users.
 
-    python -m bench.compare /tmp/base /tmp/variant                 # sft of each run, test
-    python -m bench.compare /tmp/base /tmp/variant --model grpo --split valid
-    python -m bench.compare /tmp/base /tmp/base --model sft --model-b grpo
-    python -m bench.compare base/seed-0 var/seed-0 base/seed-1 var/seed-1   # pooled over seeds
+    python -m bench.experiments.compare /tmp/base /tmp/variant                 # sft of each run, test
+    python -m bench.experiments.compare /tmp/base /tmp/variant --model grpo --split valid
+    python -m bench.experiments.compare /tmp/base /tmp/base --model sft --model-b grpo
+    python -m bench.experiments.compare base/seed-0 var/seed-0 base/seed-1 var/seed-1   # pooled over seeds
 
 Reads ``metrics/eval_users.parquet`` of each run folder (written by ``evaluate``: one row per
 split, model and user) and prints a markdown table: each model's mean NDCG@10 / HR@10 and the
