@@ -9,21 +9,18 @@
   its random tiny model, written in seconds, for the tests of what is registered and served.
 - ``synthetic_project`` and ``prepared``: a catalog where item i is followed by item i + 1,
   run from raw CSV to SIDs and SASRec, for the tests that train; ``trained`` adds its SFT model
-  (``sft_result``). Both are built once per session; each test gets its own copy.
-- ``sid_maps``: random SID maps (a hypothesis strategy).
-- ``amazon``: Amazon reviews files (2018 and 2023 formats).
+  (tests/tasks/conftest.py: ``sft_result``). Both are built once per session; each test gets
+  its own copy.
 - ``env_example``: the variables of .env.example.
-- ``s3_store``: an S3 API on a loopback port (moto's server) standing in for the compose
-  stack's MinIO, with its two buckets.
+
+Fixtures of one folder's tests live in that folder's conftest.py: ``sid_maps`` and
+``split_rows`` (tests/models), ``amazon`` (tests/sidrec/sources), ``s3_store``
+(tests/integration), ``sft_result`` (tests/tasks).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import gzip
-import json
-import logging
 import os
 import shutil
 import sys
@@ -41,7 +38,6 @@ from sidrec.config import Settings, load_settings
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sidrec.sources.common import SourceTables
     from sidrec.stage import StageResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,48 +199,6 @@ def free_port() -> Callable[[], int]:
     return _free_port
 
 
-@dataclass(frozen=True)
-class S3Store:
-    """An S3 endpoint with the buckets `minio-init` creates (names from .env.example), and the
-    environment a client of it needs (the keys are any: the server checks none)."""
-
-    endpoint: str
-    buckets: dict[str, str]  # MLFLOW_BUCKET / DVC_BUCKET -> bucket name
-
-    @property
-    def env(self) -> dict[str, str]:
-        """The environment variables a client process (DVC, the MLflow server) reads its keys
-        and region from."""
-        return {
-            "AWS_ACCESS_KEY_ID": _S3_KEYS["aws_access_key_id"],
-            "AWS_SECRET_ACCESS_KEY": _S3_KEYS["aws_secret_access_key"],
-            "AWS_DEFAULT_REGION": _S3_KEYS["region_name"],
-        }
-
-    def keys(self, bucket: str) -> list[str]:
-        """Every object key in ``bucket``."""
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
-        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
-
-    def get(self, bucket: str, key: str) -> bytes:
-        """The bytes of one object."""
-        body: bytes = self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
-        return body
-
-    def client(self) -> Any:
-        """A boto3 S3 client of the store."""
-        import boto3
-
-        return boto3.client("s3", endpoint_url=self.endpoint, **_S3_KEYS)
-
-
-_S3_KEYS = {
-    "aws_access_key_id": "sidrec",
-    "aws_secret_access_key": "not-checked",
-    "region_name": "us-east-1",
-}
-
-
 def _env_example() -> dict[str, str]:
     pairs = (
         line.split("=", 1)
@@ -258,27 +212,6 @@ def _env_example() -> dict[str, str]:
 def env_example() -> dict[str, str]:
     """The variables of .env.example (what `docker compose` reads from .env), by name."""
     return _env_example()
-
-
-@pytest.fixture
-def s3_store() -> Iterator[S3Store]:
-    """moto's S3 server on a free loopback port for one test, with the stack's two buckets."""
-    from moto.server import ThreadedMotoServer
-
-    example = _env_example()
-    buckets = {name: example[name] for name in ("MLFLOW_BUCKET", "DVC_BUCKET")}
-    port = _free_port()
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request in reports
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        store = S3Store(endpoint=endpoint, buckets=buckets)
-        for bucket in buckets.values():
-            store.client().create_bucket(Bucket=bucket)
-        yield store
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -578,7 +511,7 @@ class SyntheticProject:
         },
         "sasrec": {"max_epochs": 3},
         "evaluate": {"ks": [1, 5, 10], "num_beams": 10, "batch_size": 8},
-        # these settings evaluate the SFT model; tests/test_grpo.py turns GRPO on
+        # these settings evaluate the SFT model; tests/tasks/test_grpo.py turns GRPO on
         "grpo": {"enabled": False},
     }
     """The keys every settings of the synthetic project replaces (SFT learns the pattern)."""
@@ -689,12 +622,6 @@ def trained(
     return _copy_project(_trained_template[0], project, synthetic_project)
 
 
-@pytest.fixture(scope="session")
-def sft_result(_trained_template: tuple[Path, StageResult]) -> StageResult:
-    """What ``sft`` returned when it trained the model that ``trained`` copies."""
-    return _trained_template[1]
-
-
 LONGEST_FIRST = (
     "tests/test_end_to_end.py",
     "tests/test_dvc.py",
@@ -711,9 +638,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (`make test`) the slow tests of ``LONGEST_FIRST`` are handed out first.
 
     The tests of the session's SFT model (``trained``) are not kept on one worker: each worker
-    that runs one builds the model once (13-21 s on a fast machine). Grouping them on one worker
-    (pytest 9.1 with xdist's ``--dist loadgroup``; pytest 9.2 ignores its groups) saved that
-    build but not a second of the suite (README, Testing), so they are spread like the rest."""
+    that runs one builds the model once, and grouping them on one worker did not shorten the
+    suite, so they are spread like the rest."""
+    # a moved or renamed file would silently drop out of the order: name it instead
+    if missing := [path for path in LONGEST_FIRST if not (REPO / path).is_file()]:
+        raise pytest.UsageError(
+            f"tests/conftest.py: LONGEST_FIRST names {missing}, which do not exist; give the "
+            "slow test files' paths relative to the repository root"
+        )
     if config.pluginmanager.hasplugin("xdist"):
 
         def rank(item: pytest.Item) -> int:
@@ -724,144 +656,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
         items.sort(key=rank)  # stable: the rest keep their order
-
-
-# ---------------------------------------------------------------- random SID maps
-
-
-@pytest.fixture(scope="session")
-def sid_maps() -> Callable[[int, int], Any]:
-    """``sid_maps(max_levels, max_codes)``: a hypothesis strategy of SID maps (distinct tuples
-    of one length, 1 to ``max_levels`` codes of 0 to ``max_codes`` - 1, at most 60 of them)."""
-    from hypothesis import strategies as st
-
-    def strategy(max_levels: int, max_codes: int) -> st.SearchStrategy[list[tuple[int, ...]]]:
-        return st.integers(1, max_levels).flatmap(
-            lambda levels: st.integers(1, max_codes).flatmap(
-                lambda k: st.lists(
-                    st.tuples(*[st.integers(0, k - 1)] * levels),
-                    min_size=1,
-                    max_size=min(60, k**levels),
-                    unique=True,
-                )
-            )
-        )
-
-    return strategy
-
-
-# ---------------------------------------------------------------- Amazon reviews files
-
-
-class AmazonFiles:
-    """Amazon reviews and metadata records (2018 and 2023 formats), their JSON lines files and
-    the reader's tables."""
-
-    @staticmethod
-    def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
-        """JSON lines, gzip-compressed when the name ends in ``.gz``."""
-        text = "".join(json.dumps(r) + "\n" for r in records)
-        if path.suffix == ".gz":
-            path.write_bytes(gzip.compress(text.encode("utf-8")))
-        else:
-            path.write_text(text, encoding="utf-8")
-        return path
-
-    @staticmethod
-    def review18(user: str, item: str, t: int, rating: float = 5.0) -> dict[str, Any]:
-        stamp = dt.datetime.fromtimestamp(t, dt.UTC)
-        return {
-            "reviewerID": user,
-            "asin": item,
-            "overall": rating,
-            "unixReviewTime": t,
-            "reviewTime": f"{stamp:%m %d, %Y}",
-            "reviewerName": f"Name of {user}",
-            "reviewText": "Works as described.",
-            "summary": "Fine",
-            "verified": True,
-        }
-
-    @staticmethod
-    def meta18(item: str, title: Any, **extra: Any) -> dict[str, Any]:
-        record = {
-            "asin": item,
-            "title": title,
-            "description": [f"About {item}."],
-            "brand": "Acme",
-            "category": ["Industrial & Scientific", "Tapes"],
-            "price": "$9.99",
-            "also_buy": [],
-            "feature": ["Strong"],
-        }
-        record.update(extra)
-        return record
-
-    @staticmethod
-    def review23(user: str, item: str, t_ms: int, rating: float = 5.0) -> dict[str, Any]:
-        return {
-            "user_id": user,
-            "parent_asin": item,
-            "asin": item + "-variant",
-            "rating": rating,
-            "timestamp": t_ms,
-            "title": "Great",
-            "text": "Works as described.",
-            "images": [],
-            "helpful_vote": 2,
-            "verified_purchase": True,
-        }
-
-    @staticmethod
-    def meta23(item: str, title: Any, **extra: Any) -> dict[str, Any]:
-        record = {
-            "parent_asin": item,
-            "main_category": "Industrial & Scientific",
-            "title": title,
-            "average_rating": 4.5,
-            "rating_number": 10,
-            "features": ["Strong", "Cheap"],
-            "description": [f"About {item}."],
-            "price": 9.99,
-            "store": "Acme",
-            "categories": ["Industrial & Scientific", "Tapes"],
-            "details": {"Color": "Black"},
-        }
-        record.update(extra)
-        return record
-
-    def read(
-        self, folder: Path, reviews: list, meta: list, *, gz: bool = False, **cfg: Any
-    ) -> SourceTables:
-        """The reader's tables of ``reviews.jsonl[.gz]`` and ``meta.jsonl[.gz]`` in ``folder``
-        (k-core 1 unless given)."""
-        from sidrec.config import AmazonConfig
-        from sidrec.sources.amazon import read_amazon
-
-        suffix = ".jsonl.gz" if gz else ".jsonl"
-        rpath = self.write_jsonl(folder / f"reviews{suffix}", reviews)
-        mpath = self.write_jsonl(folder / f"meta{suffix}", meta)
-        cfg.setdefault("k_core", 1)
-        return read_amazon(AmazonConfig(reviews=rpath, meta=mpath, **cfg))
-
-    @staticmethod
-    def triples(tables: SourceTables) -> list[tuple[str, str, int]]:
-        inter = tables.interactions
-        return list(
-            zip(inter["user_id"], inter["item_id"], inter["timestamp"].astype(int), strict=True)
-        )
-
-    @staticmethod
-    def item_row(tables: SourceTables, item: str) -> dict[str, Any]:
-        return tables.items.set_index("item_id").loc[item].to_dict()
-
-
-@pytest.fixture(scope="session")
-def amazon() -> AmazonFiles:
-    """Amazon reviews files: ``review18``/``meta18``/``review23``/``meta23`` records,
-    ``write_jsonl``, ``read(folder, reviews, meta, gz=False, **cfg)``, ``triples`` and
-    ``item_row`` of the tables read."""
-    return AmazonFiles()
 
 
 # ---------------------------------------------------------------- Prefect, and files unchanged

@@ -1,5 +1,5 @@
 """Deployment files: prefect.yaml, docker-compose.yml (+ .env.example, docker/); the training
-dispatch is in test_dispatch.py."""
+dispatch is in tests/flows/test_dispatch.py."""
 
 from __future__ import annotations
 

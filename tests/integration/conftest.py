@@ -1,9 +1,11 @@
 """Background servers and workers of the integration tests (``processes``): each started in its
 own session with its output in a log file, stopped (SIGTERM, then stacks and SIGABRT) by the
-test or at its end."""
+test or at its end. And ``s3_store``: an S3 API on a loopback port (moto's server) standing in
+for the compose stack's MinIO, with its two buckets."""
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import signal
@@ -12,9 +14,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +186,68 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         yield procs
     finally:
         procs.stop_all()
+
+
+# ---------------------------------------------------------------- the object store
+
+
+@dataclass(frozen=True)
+class S3Store:
+    """An S3 endpoint with the buckets `minio-init` creates (names from .env.example), and the
+    environment a client of it needs (the keys are any: the server checks none)."""
+
+    endpoint: str
+    buckets: dict[str, str]  # MLFLOW_BUCKET / DVC_BUCKET -> bucket name
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment variables a client process (DVC, the MLflow server) reads its keys
+        and region from."""
+        return {
+            "AWS_ACCESS_KEY_ID": _S3_KEYS["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": _S3_KEYS["aws_secret_access_key"],
+            "AWS_DEFAULT_REGION": _S3_KEYS["region_name"],
+        }
+
+    def keys(self, bucket: str) -> list[str]:
+        """Every object key in ``bucket``."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+    def get(self, bucket: str, key: str) -> bytes:
+        """The bytes of one object."""
+        body: bytes = self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body
+
+    def client(self) -> Any:
+        """A boto3 S3 client of the store."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, **_S3_KEYS)
+
+
+_S3_KEYS = {
+    "aws_access_key_id": "sidrec",
+    "aws_secret_access_key": "not-checked",
+    "region_name": "us-east-1",
+}
+
+
+@pytest.fixture
+def s3_store(env_example: dict[str, str], free_port: Callable[[], int]) -> Iterator[S3Store]:
+    """moto's S3 server on a free loopback port for one test, with the stack's two buckets."""
+    from moto.server import ThreadedMotoServer
+
+    buckets = {name: env_example[name] for name in ("MLFLOW_BUCKET", "DVC_BUCKET")}
+    port = free_port()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request in reports
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        store = S3Store(endpoint=endpoint, buckets=buckets)
+        for bucket in buckets.values():
+            store.client().create_bucket(Bucket=bucket)
+        yield store
+    finally:
+        server.stop()

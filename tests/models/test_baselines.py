@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,22 +25,13 @@ from models.baselines.sasrec import (
 
 N_ITEMS = 20
 ITEMS = [f"i{i}" for i in range(N_ITEMS)]
+SplitRows = Callable[[dict[str, list[str]], int], dict[str, pd.DataFrame]]
+"""The ``split_rows`` fixture (tests/models/conftest.py)."""
 
 
-def split_rows(sequences: dict[str, list[str]], max_history: int) -> dict[str, pd.DataFrame]:
-    """Leave-one-out rows as tasks/split.py writes them: last → test, second-to-last → valid."""
-    parts: dict[str, list[dict[str, object]]] = {"train": [], "valid": [], "test": []}
-    for user, seq in sequences.items():
-        for pos in range(1, len(seq)):
-            part = {len(seq) - 1: "test", len(seq) - 2: "valid"}.get(pos, "train")
-            history = seq[max(0, pos - max_history) : pos]
-            parts[part].append(
-                {"user_id": user, "history": history, "target": seq[pos], "timestamp": pos}
-            )
-    return {name: pd.DataFrame(rows) for name, rows in parts.items()}
-
-
-def successor_splits(users: int = 40, length: int = 12, seed: int = 0) -> dict[str, pd.DataFrame]:
+def successor_splits(
+    split_rows: SplitRows, users: int = 40, length: int = 12, seed: int = 0
+) -> dict[str, pd.DataFrame]:
     """Item i is always followed by item i + 1 (mod N_ITEMS); users start anywhere."""
     starts = np.random.default_rng(seed).integers(0, N_ITEMS, users)
     seqs = {
@@ -57,8 +49,8 @@ def tiny_config(**overrides: object) -> SASRecConfig:
 
 
 @pytest.fixture(scope="module")
-def splits() -> dict[str, pd.DataFrame]:
-    return successor_splits()
+def splits(split_rows: SplitRows) -> dict[str, pd.DataFrame]:
+    return successor_splits(split_rows)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +61,9 @@ def trained(splits: dict[str, pd.DataFrame]) -> SASRecTrainResult:
 # --- shared data preparation
 
 
-def test_train_sequences_rebuild_capped_histories_and_never_invent_transitions() -> None:
+def test_train_sequences_rebuild_capped_histories_and_never_invent_transitions(
+    split_rows: SplitRows,
+) -> None:
     rows = split_rows({"a": list("pqrst"), "b": list("xyz")}, max_history=2)["train"]
     assert train_sequences(rows) == [list("pqr")]  # b's rows are all valid / test
     broken = pd.DataFrame(
@@ -83,7 +77,7 @@ def test_train_sequences_rebuild_capped_histories_and_never_invent_transitions()
     assert train_sequences(broken) == [["p", "q", "r"], ["z", "w"]]
 
 
-def test_train_sequences_rebuild_long_sequence_from_capped_rows() -> None:
+def test_train_sequences_rebuild_long_sequence_from_capped_rows(split_rows: SplitRows) -> None:
     rows = split_rows({"a": list("abcdefgh")}, max_history=2)["train"]
     assert rows["history"].str.len().max() == 2
     assert train_sequences(rows) == [list("abcdef")]  # g is valid, h is test
@@ -101,7 +95,7 @@ def test_encode_histories_names_row_of_unknown_item() -> None:
 # --- popularity
 
 
-def test_popularity_counts_each_training_interaction_once() -> None:
+def test_popularity_counts_each_training_interaction_once(split_rows: SplitRows) -> None:
     train = split_rows({"a": ["x", "y", "z", "q", "q2"], "b": ["y", "z", "w", "q", "q2"]}, 20)[
         "train"
     ]
@@ -112,7 +106,7 @@ def test_popularity_counts_each_training_interaction_once() -> None:
     assert pop.recommend(1, 7).tolist() == [[2, 3, 0, 1, 4, -1, -1]]
 
 
-def test_popularity_rejects_unknown_items_and_empty_train() -> None:
+def test_popularity_rejects_unknown_items_and_empty_train(split_rows: SplitRows) -> None:
     train = split_rows({"a": ["x", "y", "z", "q", "r"]}, 20)["train"]
     with pytest.raises(ValueError, match="not in the catalog"):
         Popularity(item_ids=["x", "y"]).fit(train)

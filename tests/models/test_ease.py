@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from models.baselines.ease import EASE, MAX_ITEMS
-from tests.models.test_baselines import ITEMS, split_rows
+
+ITEMS = [f"i{i}" for i in range(20)]
+SplitRows = Callable[[dict[str, list[str]], int], dict[str, pd.DataFrame]]
+"""The ``split_rows`` fixture (tests/models/conftest.py)."""
 
 
 def _sequences() -> dict[str, list[str]]:
@@ -20,12 +25,12 @@ def _sequences() -> dict[str, list[str]]:
     return {**pairs, "mix": ["i0", "i1", "i2", "i3", "i6", "i7"]}
 
 
-def _fitted(**options: float) -> EASE:
+def _fitted(split_rows: SplitRows, **options: float) -> EASE:
     return EASE(item_ids=ITEMS, **options).fit(split_rows(_sequences(), 10)["train"])
 
 
-def test_ease_solves_its_closed_form():
-    model = _fitted(l2=2.0)
+def test_ease_solves_its_closed_form(split_rows):
+    model = _fitted(split_rows, l2=2.0)
     train = split_rows(_sequences(), 10)["train"]
     from models.baselines import encode_histories, train_sequences
 
@@ -41,22 +46,22 @@ def test_ease_solves_its_closed_form():
     assert np.all(np.diag(model.weights) == 0)
 
 
-def test_ease_scores_the_co_consumed_item_first():
-    scores = _fitted().scores([["i0"], ["i2"]])
+def test_ease_scores_the_co_consumed_item_first(split_rows):
+    scores = _fitted(split_rows).scores([["i0"], ["i2"]])
     assert scores[0].argmax() == ITEMS.index("i1")
     assert scores[1].argmax() == ITEMS.index("i3")
     assert scores[:, ITEMS.index("i7")].max() == 0  # valid and test items are never read
 
 
-def test_recency_weighs_the_newest_history_item_most():
-    model = _fitted(recency=0.5)
+def test_recency_weighs_the_newest_history_item_most(split_rows):
+    model = _fitted(split_rows, recency=0.5)
     np.testing.assert_allclose(model.inputs([["i0", "i2"]])[0][[0, 2]], [0.5, 1.0])
     # the newest item leads: after i0 then i2, i3 (i2's partner) outscores i1 (i0's)
     scores = model.scores([["i0", "i2"], ["i2", "i0"]])
     assert scores[0, ITEMS.index("i3")] > scores[0, ITEMS.index("i1")]
     assert scores[1, ITEMS.index("i1")] > scores[1, ITEMS.index("i3")]
     # recency 1 reads the history as a set: the order does not matter
-    flat = _fitted(recency=1.0).scores([["i0", "i2"], ["i2", "i0"]])
+    flat = _fitted(split_rows, recency=1.0).scores([["i0", "i2"], ["i2", "i0"]])
     np.testing.assert_allclose(flat[0], flat[1])
     # an item seen twice keeps its newest weight; an empty history scores nothing
     np.testing.assert_allclose(model.inputs([["i0", "i2", "i0"]])[0][[0, 2]], [1.0, 0.5])
@@ -77,9 +82,9 @@ def test_ease_refuses_a_catalog_too_large_to_invert_densely():
         EASE(item_ids=[str(i) for i in range(MAX_ITEMS + 1)])
 
 
-def test_ease_names_an_unknown_item():
+def test_ease_names_an_unknown_item(split_rows):
     with pytest.raises(ValueError, match="not in the catalog"):
-        _fitted().scores([["nope"]])
+        _fitted(split_rows).scores([["nope"]])
     bad = pd.DataFrame({"user_id": ["u"], "history": [["zz"]], "target": ["i0"], "timestamp": [1]})
     with pytest.raises(ValueError, match="not in the catalog"):
         EASE(item_ids=ITEMS).fit(bad)

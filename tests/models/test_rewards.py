@@ -207,15 +207,16 @@ def test_sid_regex_matches_exactly_the_catalog():
         assert not pattern.fullmatch(other)
 
 
-def test_ease_reward_is_the_items_score_after_its_own_history():
+def test_ease_reward_is_the_items_score_after_its_own_history(split_rows):
     from models.baselines.ease import EASE
     from models.rewards import EaseReward
-    from tests.models.test_baselines import ITEMS, split_rows
+
+    item_ids = [f"i{i}" for i in range(20)]
 
     sequences = {
         f"u{n}": ["i0", "i1", "i5", "i6"] if n % 2 else ["i2", "i3", "i5", "i6"] for n in range(10)
     }
-    model = EASE(item_ids=ITEMS).fit(split_rows(sequences, 5)["train"])
+    model = EASE(item_ids=item_ids).fit(split_rows(sequences, 5)["train"])
     reward = EaseReward(model=model)
     # two groups with their own histories, and a title→SID group (no history) between them
     out = reward(

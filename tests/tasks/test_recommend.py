@@ -257,7 +257,7 @@ def test_the_serving_bench_measures_the_served_champion(root: Path, tiny_project
             *(a for o in overrides for a in ("--set", o)),
         ],
         cwd=root,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         capture_output=True,
         text=True,
         timeout=280,

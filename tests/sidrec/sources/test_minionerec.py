@@ -16,7 +16,7 @@ from sidrec.sources.common import SourceTables
 from sidrec.sources.minionerec import SYNTHETIC_EPOCH, read_minionerec
 from tasks.ingest import ingest
 
-MINIONEREC_SAMPLE = Path(__file__).resolve().parent / "fixtures" / "minionerec-sample"
+MINIONEREC_SAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "minionerec-sample"
 STEM = "Industrial_and_Scientific_5_2016-10-2018-11"
 VALID_CSV = MINIONEREC_SAMPLE / "valid" / f"{STEM}.csv"
 TEST_CSV = MINIONEREC_SAMPLE / "test" / f"{STEM}.csv"

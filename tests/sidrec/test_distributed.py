@@ -11,7 +11,7 @@ import pytest
 
 from sidrec.errors import ConfigError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "docker" / "accelerate"
 
 

@@ -33,7 +33,7 @@ from sidrec.registry import (
 from sidrec.tracking import tracking_uri
 from tasks.register import decision_markdown, register, summary_line
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GATE = "valid.ndcg@10"
 # Every test uses the session's SQLite store (tests/conftest.py: creating one costs seconds)
 # and registers under its own model name.

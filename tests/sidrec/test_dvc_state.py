@@ -11,7 +11,7 @@ import pytest
 from sidrec import dvc_state
 from sidrec.dvc_state import record_in_dvc
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

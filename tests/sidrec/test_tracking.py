@@ -34,7 +34,7 @@ from sidrec.tracking import (
     use_parent_run,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PARENT_TAG = "mlflow.parentRunId"
 
 

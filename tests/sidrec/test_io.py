@@ -278,7 +278,7 @@ def test_dvc_ignores_a_leftover_inside_a_tracked_folder(tmp_path):
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     dvc = str(Path(sys.executable).parent / "dvc")
     shutil.copy(repo / ".dvcignore", tmp_path / ".dvcignore")
     folder = tmp_path / "data" / "sids" / "ml"
