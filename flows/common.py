@@ -68,9 +68,9 @@ def start_local_api() -> Callable[[], None]:
     return the function that waits until it answers (raising what its start raised).
 
     Without a server the first flow run starts that API (a uvicorn subprocess, Prefect's
-    ``SubprocessASGIServer``) and waits for it: 10-20 s on 2 cores. Started here, in a thread,
-    the subprocess boots while this process goes on importing the stages (`sidrec pipeline`:
-    ~7 s sooner); the flow run then finds it running, as the server is one per process. Its
+    ``SubprocessASGIServer``) and waits for it. Started here, in a thread, the subprocess boots
+    while this process goes on importing the stages, so ``sidrec pipeline`` starts sooner; the
+    flow run then finds it running, as the server is one per process. Its
     module is imported here, not in the thread: the thread's start then imports next to nothing
     (one codec) while this process imports the stages."""
     if PREFECT_API_URL.value():

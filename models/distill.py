@@ -19,8 +19,9 @@ This is knowledge distillation (Hinton et al. 2015) into a model that generates 
 token: the hard target says which item came next, the teacher how plausible every other item
 was, which the hard target alone never shows. SASRec is read, never trained here. With
 ``sft.distill_ease`` > 0 the teacher's item scores are SASRec's blended with EASE's
-(``models/baselines/ease.py``), a second model of the same train rows that ranks better with
-SASRec than either alone (``python -m bench.blend``).
+(``models/baselines/ease.py``, :func:`~models.baselines.ease.blend`), a second model of the same
+train rows that ranks better with SASRec than either alone (docs/benchmarks.md, experiment
+index: "SASRec blended with EASE").
 """
 
 from __future__ import annotations

@@ -3,17 +3,15 @@
 The model's own loss projects every position of the batch onto the whole vocabulary, takes a
 log-softmax of that (positions x vocabulary) tensor, keeps one entry per position, and on the
 way back writes three more tensors of the same size (a zeroed gradient, the log-softmax's
-gradient, the gradient of the logits). With the tiny model (hidden 128) and MovieLens's
-vocabulary (2,768 tokens: text and SID codes) those passes over memory are most of the step:
-on 2 CPU cores the output layer and its loss took ~40% of an SFT step (torch profiler, 24 rows
-of 256 tokens), more than both decoder layers.
+gradient, the gradient of the logits). With the tiny model and a vocabulary of text and SID
+tokens those passes over memory are a large share of a CPU step, more than the decoder layers.
 
 :func:`head_cross_entropy` scores only the positions that have a label, in blocks of rows
 small enough to stay in the CPU's cache, and keeps no logits: the backward pass recomputes a
 block's logits, turns them into ``softmax - one_hot`` in place and multiplies out both
 gradients from there. The loss and gradients are the cross-entropy's (the same sums, in a
-different order: they agree to float rounding, ~1e-7 relative); the head and its loss take
-about 0.6x the time (``bench/head_loss.py``).
+different order: they agree to float rounding); ``python -m bench.head_loss`` times it
+against the model's own loss.
 """
 
 from __future__ import annotations

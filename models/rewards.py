@@ -205,7 +205,7 @@ class GroupRank:
     their mean rank). Non-finite values pass through untouched (:class:`NonFiniteGuard` drops
     them).
 
-    Raw collaborative probabilities are tiny (mean ~0.006 on MovieLens) yet span every group;
+    Raw collaborative probabilities are tiny yet span every group;
     scaled to unit variance per group they set most advantages. Ranked, they add at most
     ``weight / 2`` to any advantage (with ``scale_rewards: none``), below the target's +1 from
     the rule and ranking rewards."""

@@ -1,8 +1,8 @@
 """The SFT loss as an anchor during GRPO (``grpo.sft_anchor``; InstructGPT's "PPO-ptx").
 
 GRPO's update only sees its prompts' groups; nothing holds the model's predictions elsewhere
-where SFT left them. On MovieLens the validation NDCG@10 falls below the SFT start at the
-first validation in nearly every run (docs/benchmarks.md). The anchor adds, at every GRPO
+where SFT left them, and without an anchor the validation NDCG@10 dips below the SFT start
+(docs/benchmarks.md, experiment index: "What GRPO's dip is"). The anchor adds, at every GRPO
 step, the SFT language-model loss on a few of SFT's own training examples (the sequence
 windows), weighted by ``grpo.sft_anchor``: the policy gradient moves the model, the anchor
 pulls its next-item distributions back towards the data everywhere else (Ouyang et al. 2022
@@ -12,7 +12,7 @@ only constrains the sampled completions of the step's own prompts.
 SFT's loss includes SASRec's soft targets when ``sft.distill`` is on (``models/distill.py``);
 given that teacher, the anchor adds its term with SFT's weight, so the anchor is the loss SFT
 minimized. Without it, more training on the token loss alone pulls the model off the balance
-of hard and soft targets that SFT ended at (docs/benchmarks.md, "What GRPO's dip is").
+of hard and soft targets that SFT ended at.
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ the one packed before it.
 
 TRL computes the SFT loss through a fused, chunked LM head (``trl.kernels.chunked_logprob``)
 that never materializes the logits: on a GPU with a large vocabulary that saves memory. On a
-CPU the tiled projection and its hand-written backward cost more than they save: a step of the
-tiny model (64 windows x 201 tokens) takes ~1.6x as long as with the model's own
-cross-entropy (measured on 2 cores). :class:`SidSFTTrainer` keeps everything of TRL's trainer
+CPU the tiled projection and its hand-written backward cost more than they save (a slower
+step than the model's own cross-entropy). :class:`SidSFTTrainer` keeps everything of TRL's trainer
 (datasets, completion-only labels, logging, callbacks) and, on a CPU, computes the loss the
 model would, through :func:`models.head_loss.head_cross_entropy` while training (the same loss
 with fewer passes over the logits; the model's own loss where that cannot stand in: evaluation,
@@ -23,11 +22,8 @@ label smoothing, LoRA, several processes); TRL's entropy and token-accuracy logs
 computed.
 
 Packing is how short and long examples share a step without padding: length-grouped batches
-(tried first) gave the alignment pairs whole optimizer steps of their own, and the valid-selection
-NDCG@10 after 10 epochs fell from 0.109 to 0.056 (one run each); packed rows stay randomly mixed.
-On MovieLens one SFT epoch (2,427 windows + 3,364 alignment pairs, one validation) took 86 s
-unpacked (91 steps of 64 rows) and 47 s packed (86 steps of 24 rows) on 2 cores; 10 packed epochs
-reached valid NDCG@10 0.101 at their best epoch (one run).
+gave the alignment pairs whole optimizer steps of their own and the main task learned less,
+while packed rows stay randomly mixed, and a packed epoch is shorter than an unpacked one.
 """
 
 from __future__ import annotations

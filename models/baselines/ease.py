@@ -91,8 +91,8 @@ class EASE:
 def blend(sasrec: torch.Tensor, ease: torch.Tensor, alpha: float) -> torch.Tensor:
     """(n, items) SASRec's scores with EASE's blended in: ``sasrec + α · sd · z(ease)``, with
     ``z`` each row standardized (mean 0, sd 1; a constant row 0) and ``sd`` the row's sd of
-    ``sasrec``. It ranks as ``z(sasrec) + α · z(ease)`` (the blend ``bench.blend`` measures)
-    and keeps SASRec's own scale, so a softmax temperature means what it meant for SASRec."""
+    ``sasrec``. It ranks as ``z(sasrec) + α · z(ease)`` (the blend ``python -m bench.blend``
+    scores) and keeps SASRec's own scale, so a softmax temperature means what it meant for SASRec."""
     return sasrec + alpha * sasrec.std(-1, keepdim=True) * _standardized(ease)
 
 
