@@ -17,7 +17,8 @@ relative to it). Every run scores the same test users (the split
 does not depend on the seed). Per preset it prints:
 
 - test HR@10 and NDCG@10 per model, mean ± sd over the seeds (sample sd). "best generative" is,
-  per seed, the SID model evaluate picked on the validation gate users (never on test);
+  per seed, the SID model evaluate picked on the validation selection half (never on the gate
+  half or test);
 - best generative / SASRec test NDCG@10: the ratio of the seed-averaged means,
   ``mean_s mean_u best[s, u] / mean_s mean_u sasrec[s, u]`` (the "mean of the seeds" the
   targets name), with a 95% paired bootstrap interval over users: each replicate draws one

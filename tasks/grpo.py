@@ -17,7 +17,8 @@ import shutil
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -246,8 +247,8 @@ def _collaborative(sasrec: Callable[[], SASRec]) -> CollaborativeReward:
 
 
 def _ease(settings: Settings, item_ids: list[str]) -> EaseReward:
-    """The EASE reward, its model fitted here on the train split (a dense closed form: about a
-    second for MovieLens's 1,682 items)."""
+    """The EASE reward, its model fitted here on the train split (a dense closed form, no
+    training loop)."""
     cfg = settings.grpo
     model = EASE(item_ids=item_ids, l2=cfg.ease_l2, recency=cfg.ease_recency)
     return EaseReward(model=model.fit(read_split(settings, "train")))
@@ -258,18 +259,11 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     from datasets import Dataset
 
     from models.grpo_callbacks import SampleTables
-    from models.grpo_config import SidGRPOConfig
     from models.grpo_trainer import SidGRPOTrainer
-    from models.validation import ValidationCallback
     from models.weight_average import with_average
 
     cfg, paths = settings.grpo, settings.paths
-    if not cfg.enabled:
-        raise ConfigError(
-            "grpo.enabled is false: the grpo stage is switched off in params.yaml. "
-            "`sidrec pipeline` skips it; `dvc repro` cannot (evaluate and register read the "
-            "stage's model): set grpo.enabled: true for DVC, or run `sidrec pipeline`"
-        )
+    _check_enabled(settings)
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
     check_grpo_config(settings, len(item_ids))
@@ -296,10 +290,61 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         "lower grpo.prompts_per_step, or add prompts (grpo.rows_per_user: null takes every "
         "train row; grpo.frontier_prompts, grpo.title_prompts)",
     )
-    prompts_per_process = per_process(cfg.prompts_per_step, "grpo.prompts_per_step")
+    args = _grpo_arguments(settings, weights, trie.levels, sid_map, item_ids)
+    best_dir = paths.grpo_dir / ".best"
+    validator = _validator(settings, validation, tokenizer, best_dir)
+    samples = SampleTables(
+        every=cfg.log_samples_every,
+        groups=cfg.sample_rows,
+        num_generations=cfg.num_generations,
+        titles=items["title"].astype(str).tolist(),  # readable samples: the titles alone
+        sink=on_samples,
+    )
+    trainer = SidGRPOTrainer(
+        model=model,
+        trie=trie,
+        args=args,
+        reward_funcs=list(rewards),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        # LoRA: the adapters alone learn; the SID rows SFT trained in full stay as they are, and
+        # the adapter-disabled model (the KL reference) is exactly the SFT model
+        peft_config=lora_config(settings),
+        callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
+        on_rewards=samples,
+        anchor=sft_anchor(settings, builder, tokenizer, train, sid_map, item_ids, sasrec),
+    )
+    trained = _train(settings, trainer, validator, best_dir)
+    if trained is None:  # it trained its shard; the main process writes
+        return StageResult(stage="grpo", outputs={})
+    metrics = _grpo_metrics(
+        settings, trained, rewards, builder, n_rows=len(rows), valid_users=len(validation)
+    )
+    atomic_write_json(paths.metrics("grpo"), metrics)
+    return grpo_result(settings, metrics)
 
+
+def _check_enabled(settings: Settings) -> None:
+    """A switched-off stage refuses to run, saying what DVC needs instead."""
+    if not settings.grpo.enabled:
+        raise ConfigError(
+            "grpo.enabled is false: the grpo stage is switched off in params.yaml. "
+            "`sidrec pipeline` skips it; `dvc repro` cannot (evaluate and register read the "
+            "stage's model): set grpo.enabled: true for DVC, or run `sidrec pipeline`"
+        )
+
+
+def _grpo_arguments(
+    settings: Settings, weights: list[float], levels: int, sid_map: SidMap, item_ids: list[str]
+) -> Any:
+    """``SidGRPOConfig`` for this stage: the shared trainer arguments plus GRPO's rollouts, loss
+    and schedule; TRL's own refusals become a :class:`ConfigError`."""
+    from models.grpo_config import SidGRPOConfig
+
+    cfg = settings.grpo
+    prompts_per_process = per_process(cfg.prompts_per_step, "grpo.prompts_per_step")
     try:
-        args = SidGRPOConfig(
+        return SidGRPOConfig(
             **trainer_arguments(
                 settings,
                 "grpo",
@@ -312,7 +357,7 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
                 # whole groups on every process (models/grpo_trainer.py)
                 per_device_train_batch_size=prompts_per_process * cfg.num_generations,
                 gradient_accumulation_steps=1,
-                max_completion_length=trie.levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
+                max_completion_length=levels + 1,  # L SID tokens + EOS (dr_grpo divides by it)
                 max_steps=cfg.max_steps,
                 lr_scheduler_type=cfg.lr_scheduler,
                 warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the steps
@@ -339,35 +384,38 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
     except ValueError as exc:
         raise ConfigError(f"grpo: {exc}") from None
 
-    best_dir = paths.grpo_dir / ".best"
+
+def _validator(
+    settings: Settings, validation: ValidationSample, tokenizer: Any, best_dir: Path
+) -> Any:
+    """The callback that validates every ``grpo.eval_every`` steps (the SFT start included) and
+    keeps the best model in ``best_dir`` (emptied first)."""
+    from models.validation import ValidationCallback
+
     if is_main_process():  # only the main process writes (sidrec/distributed.py)
         shutil.rmtree(best_dir, ignore_errors=True)
-    validator = ValidationCallback(
+    return ValidationCallback(
         evaluate=validation,
         save_best=lambda m: save_trained(m, tokenizer, best_dir),
-        every=cfg.eval_every,
+        every=settings.grpo.eval_every,
     )
-    samples = SampleTables(
-        every=cfg.log_samples_every,
-        groups=cfg.sample_rows,
-        num_generations=cfg.num_generations,
-        titles=items["title"].astype(str).tolist(),  # readable samples: the titles alone
-        sink=on_samples,
-    )
-    trainer = SidGRPOTrainer(
-        model=model,
-        trie=trie,
-        args=args,
-        reward_funcs=list(rewards),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        # LoRA: the adapters alone learn; the SID rows SFT trained in full stay as they are, and
-        # the adapter-disabled model (the KL reference) is exactly the SFT model
-        peft_config=lora_config(settings),
-        callbacks=with_average(validator, cfg.ema_decay, "grpo.ema_decay"),
-        on_rewards=samples,
-        anchor=sft_anchor(settings, builder, tokenizer, train, sid_map, item_ids, sasrec),
-    )
+
+
+class _Trained(NamedTuple):
+    """What training left for the metrics (main process only)."""
+
+    trainer: Any
+    validator: Any
+    result: Any  # transformers' TrainOutput
+    seconds: float  # of trainer.train(), validations included
+    shards: list[dict[str, Any]]  # per process: prompts trained on, a digest of its first batch
+
+
+def _train(settings: Settings, trainer: Any, validator: Any, best_dir: Path) -> _Trained | None:
+    """Train inside the stage's MLflow run and move the best model, with its step, to
+    ``artifacts/grpo``; None on a process other than the main one. A failed or interrupted run
+    leaves no copy of its best model behind."""
+    paths = settings.paths
     started = time.perf_counter()
     # TRL's MLflow callback, the validation metrics and the sample tables log into this run
     run_params = {"grpo": settings.section("grpo"), "model": settings.section("model")}
@@ -377,25 +425,16 @@ def grpo(settings: Settings, on_samples: SampleSink | None = None) -> StageResul
         seconds = time.perf_counter() - started
         assert validator.best is not None, "validation runs before the first step"
         shards = shard_records(trainer)
-        if not is_main_process():  # it trained its shard; the main process writes
-            return StageResult(stage="grpo", outputs={})
+        if not is_main_process():
+            return None
         # the kept step moves with the weights (evaluate's pick of the best generative model)
         kept = {"best_step": int(validator.best["step"])}
         atomic_write_json(best_dir / paths.grpo_kept_step.name, kept)
         replace_dir(best_dir, paths.grpo_model)
-    finally:  # a failed or interrupted run leaves no copy of its best model behind
+    finally:
         if is_main_process():
             shutil.rmtree(best_dir, ignore_errors=True)
-
-    metrics = _metrics(settings, trainer, validator, rewards, len(rows), seconds, result)
-    metrics["prompts_truncated"] = builder.truncated  # histories that lost their oldest items
-    metrics["title_texts_cut"] = builder.texts_cut  # title prompts cut to fit the SID's room
-    metrics["valid_users"] = len(validation)
-    metrics["valid_num_beams"] = settings.evaluate.num_beams
-    metrics["processes"] = len(shards)
-    metrics["shards"] = shards  # per process: prompts trained on, a digest of its first batch
-    atomic_write_json(paths.metrics("grpo"), metrics)
-    return grpo_result(settings, metrics)
+    return _Trained(trainer, validator, result, seconds, shards)
 
 
 def sft_anchor(
@@ -441,16 +480,18 @@ def grpo_result(settings: Settings, metrics: dict[str, Any]) -> StageResult:
     return StageResult.from_files("grpo", files, metrics, summary)
 
 
-def _metrics(
+def _grpo_metrics(
     settings: Settings,
-    trainer: Any,
-    validator: Any,
+    trained: _Trained,
     rewards: list[NonFiniteGuard],
+    builder: PromptBuilder,
+    *,
     n_rows: int,
-    seconds: float,
-    result: Any,
+    valid_users: int,
 ) -> dict[str, Any]:
-    cfg = settings.grpo
+    """``metrics/grpo.json``: the rollout and loss settings, the rewards and their weights, the
+    rollouts step by step, the validations and what each process trained on."""
+    cfg, (trainer, validator, result, seconds, shards) = settings.grpo, trained
     logs = [e for e in trainer.state.log_history if "reward" in e]
 
     def mean_of(key: str) -> float | None:
@@ -482,6 +523,12 @@ def _metrics(
         "valid_best": {k: round(v, 5) for k, v in best.items() if k != "step"},
         "best_step": int(best["step"]),
         "valid_history": [{k: round(v, 5) for k, v in r.items()} for r in validator.history],
+        "prompts_truncated": builder.truncated,  # histories that lost their oldest items
+        "title_texts_cut": builder.texts_cut,  # title prompts cut to fit the SID's room
+        "valid_users": valid_users,
+        "valid_num_beams": settings.evaluate.num_beams,
+        "processes": len(shards),
+        "shards": shards,  # per process: prompts trained on, a digest of its first batch
     }
 
 

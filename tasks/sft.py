@@ -21,7 +21,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 from prefect import task
@@ -199,12 +199,9 @@ def window_augmentations(settings: Settings, tokenizer: Any, sid_map: SidMap) ->
 
 
 def sft(settings: Settings) -> StageResult:
-    from datasets import Dataset
-    from trl import SFTConfig
-
+    """Fine-tune a model on the configured objective, keep its best validation, write its metrics."""
     from models.sft_trainer import SidSFTTrainer
-    from models.validation import ValidationCallback
-    from models.weight_average import decay_for, with_average
+    from models.weight_average import with_average
 
     paths, cfg = settings.paths, settings.sft
     items, sid_map = load_catalog_and_map(settings)
@@ -213,18 +210,8 @@ def sft(settings: Settings) -> StageResult:
     check_window(settings, levels)
     check_teacher_ease(settings, len(items))  # GRPO's anchor too: refused before SFT trains
     texts = item_texts(settings, items)  # a bad sft.item_text stops the stage before training
-    warm = None
-    if cfg.warm_start == "champion":
-        with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as download:
-            start = champion_start(settings, Path(download), purpose="sft.warm_start")
-            warm = load_model_dir(start) if start is not None else None  # loaded into memory
-    if warm is not None:
-        model, tokenizer = warm
-        if add_sid_tokens(tokenizer, levels, k):  # codes beyond the champion's vocabulary
-            model.resize_token_embeddings(len(tokenizer))
-        model.train()
-    else:
-        model, tokenizer = build_model_and_tokenizer(settings, list(texts.values()), levels, k)
+    warm = _champion_model(settings, levels, k)
+    model, tokenizer = warm or build_model_and_tokenizer(settings, list(texts.values()), levels, k)
     set_prompt_format(model, prompt_format_of(settings))  # saved with the model
     builder = PromptBuilder(
         tokenizer=tokenizer,
@@ -234,6 +221,80 @@ def sft(settings: Settings) -> StageResult:
         fmt=prompt_format_of(settings),
     )
     examples, evals = build_datasets(settings, builder, train, valid)
+    _log_cut_prompts(builder)
+    check_enough(  # one for each process
+        len(examples),
+        world_size(),
+        "training examples",
+        "launch fewer processes (orchestration.num_processes, accelerate's --num_processes)",
+    )
+    paths.sft_dir.mkdir(parents=True, exist_ok=True)
+    args = _sft_arguments(settings)
+    # the new SID rows must learn: SFT trains the embeddings and output layer in full
+    peft_config = lora_config(settings, modules_to_save=["embed_tokens", "lm_head"])
+    recommender = SidRecommender(
+        model=model,
+        tokenizer=tokenizer,
+        sid_map=sid_map,
+        item_ids=items["item_id"].tolist(),
+        **recommender_options(settings),
+    )
+    validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
+    best_dir = paths.sft_dir / ".best"
+    validator = _validator(settings, validation, tokenizer, best_dir, warm=warm is not None)
+    augment = window_augmentations(settings, tokenizer, sid_map)
+    teacher = sasrec_teacher(settings, tokenizer, sid_map, items["item_id"].tolist())
+    trainer = SidSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=_dataset(examples),
+        eval_dataset=_dataset(evals),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=with_average(validator, cfg.ema_decay, "sft.ema_decay"),
+        augment=augment,
+        teacher=teacher,
+    )
+    if hooked := add_residual_dropout(trainer.model, cfg.dropout):  # LoRA-wrapped where on
+        log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
+    trained = _train(settings, trainer, validator, best_dir)
+    if trained is None:  # it trained its shard; the main process writes
+        return StageResult(stage="sft", outputs={})
+    metrics = _sft_metrics(
+        settings,
+        trained,
+        warm=warm is not None,
+        augment=augment,
+        examples=len(examples),
+        evals=len(evals),
+        builder=builder,
+        parameters=int(sum(p.numel() for p in model.parameters())),
+        valid_users=len(validation),
+    )
+    atomic_write_json(paths.metrics("sft"), metrics)
+    return sft_result(settings, metrics)
+
+
+def _champion_model(settings: Settings, levels: int, k: int) -> tuple[Any, Any] | None:
+    """The registered champion's model and tokenizer, loaded into memory to continue training
+    (``sft.warm_start: champion``), with the SID tokens its vocabulary lacks added; None when
+    the setting is off or there is no champion."""
+    if settings.sft.warm_start != "champion":
+        return None
+    with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as download:
+        start = champion_start(settings, Path(download), purpose="sft.warm_start")
+        warm = load_model_dir(start) if start is not None else None  # loaded into memory
+    if warm is None:
+        return None
+    model, tokenizer = warm
+    if add_sid_tokens(tokenizer, levels, k):  # codes beyond the champion's vocabulary
+        model.resize_token_embeddings(len(tokenizer))
+    model.train()
+    return model, tokenizer
+
+
+def _log_cut_prompts(builder: PromptBuilder) -> None:
+    """Say how many examples lost part of their text to ``model.max_length``."""
     if builder.truncated:
         log.warning(
             "%d prompt(s) were longer than model.max_length and lost their oldest items",
@@ -245,14 +306,14 @@ def sft(settings: Settings) -> StageResult:
             builder.texts_cut,
         )
 
-    check_enough(  # one for each process
-        len(examples),
-        world_size(),
-        "training examples",
-        "launch fewer processes (orchestration.num_processes, accelerate's --num_processes)",
-    )
-    paths.sft_dir.mkdir(parents=True, exist_ok=True)
-    args = SFTConfig(
+
+def _sft_arguments(settings: Settings) -> Any:
+    """TRL's ``SFTConfig`` for this stage: the shared trainer arguments plus SFT's schedule,
+    batches and loss."""
+    from trl import SFTConfig
+
+    cfg = settings.sft
+    return SFTConfig(
         **trainer_arguments(
             settings,
             "sft",
@@ -271,42 +332,49 @@ def sft(settings: Settings) -> StageResult:
             label_smoothing_factor=cfg.label_smoothing,
         )
     )
-    # the new SID rows must learn: SFT trains the embeddings and output layer in full
-    peft_config = lora_config(settings, modules_to_save=["embed_tokens", "lm_head"])
-    recommender = SidRecommender(
-        model=model,
-        tokenizer=tokenizer,
-        sid_map=sid_map,
-        item_ids=items["item_id"].tolist(),
-        **recommender_options(settings),
-    )
-    validation = ValidationSample(settings, recommender, train, valid, users=cfg.eval_users)
-    best_dir = paths.sft_dir / ".best"
+
+
+def _dataset(examples: list[Example]) -> Any:
+    """``examples`` as a Hugging Face dataset, one row per example."""
+    from datasets import Dataset
+
+    return Dataset.from_list([e._asdict() for e in examples])
+
+
+def _validator(
+    settings: Settings, validation: ValidationSample, tokenizer: Any, best_dir: Path, *, warm: bool
+) -> Any:
+    """The callback that validates every ``sft.eval_every`` epochs and keeps the best model in
+    ``best_dir`` (emptied first); a warm start is validated before the first step, so it is kept
+    when training does not beat it."""
+    from models.validation import ValidationCallback
+
     if is_main_process():  # only the main process writes (sidrec/distributed.py)
         shutil.rmtree(best_dir, ignore_errors=True)
-    validator = ValidationCallback(
+    cfg = settings.sft
+    return ValidationCallback(
         evaluate=validation,
         save_best=lambda m: save_trained(m, tokenizer, best_dir),
         every=cfg.eval_every,
         unit="epoch",
-        at_start=warm is not None,  # a warm start is kept when training does not beat it
+        at_start=warm,
         patience=cfg.patience,
     )
-    augment = window_augmentations(settings, tokenizer, sid_map)
-    teacher = sasrec_teacher(settings, tokenizer, sid_map, items["item_id"].tolist())
-    trainer = SidSFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list([e._asdict() for e in examples]),
-        eval_dataset=Dataset.from_list([e._asdict() for e in evals]),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=with_average(validator, cfg.ema_decay, "sft.ema_decay"),
-        augment=augment,
-        teacher=teacher,
-    )
-    if hooked := add_residual_dropout(trainer.model, cfg.dropout):  # LoRA-wrapped where on
-        log.info("residual dropout %.2f on %d modules while training", cfg.dropout, hooked)
+
+
+class _Trained(NamedTuple):
+    """What training left for the metrics (main process only)."""
+
+    trainer: Any
+    validator: Any
+    result: Any  # transformers' TrainOutput
+    eval_metrics: dict[str, float]  # of the last step's weights
+    shards: list[dict[str, Any]]  # per process: rows trained on, a digest of its first batch
+
+
+def _train(settings: Settings, trainer: Any, validator: Any, best_dir: Path) -> _Trained | None:
+    """Train inside the stage's MLflow run and move the best model to ``artifacts/sft``; None on
+    a process other than the main one. The main process removes ``best_dir`` whatever happens."""
     # TRL's MLflow callback logs into this stage's run (nested under the pipeline's run)
     run_params = {"sft": settings.section("sft"), "model": settings.section("model")}
     try:
@@ -315,18 +383,38 @@ def sft(settings: Settings) -> StageResult:
             eval_metrics = trainer.evaluate()
         assert validator.best is not None, "training ends with a validation"
         shards = shard_records(trainer)
-        if not is_main_process():  # it trained its shard; the main process writes
-            return StageResult(stage="sft", outputs={})
-        replace_dir(best_dir, paths.sft_model)
+        if not is_main_process():
+            return None
+        replace_dir(best_dir, settings.paths.sft_model)
     finally:
         if is_main_process():
             shutil.rmtree(best_dir, ignore_errors=True)
+    return _Trained(trainer, validator, result, eval_metrics, shards)
+
+
+def _sft_metrics(
+    settings: Settings,
+    trained: _Trained,
+    *,
+    warm: bool,
+    augment: list[Any],
+    examples: int,
+    evals: int,
+    builder: PromptBuilder,
+    parameters: int,
+    valid_users: int,
+) -> dict[str, Any]:
+    """``metrics/sft.json``: the settings the run trained with, what the trainer actually applied,
+    the data, the losses and the validations."""
+    from models.weight_average import decay_for
+
+    cfg, (trainer, validator, result, eval_metrics, shards) = settings.sft, trained
     best = validator.best
-    metrics: dict[str, Any] = {
+    return {
         "dataset": settings.project.dataset,
         "model": settings.model.preset,  # model.preset (tiny, smollm2-135m, hf)
         "project_preset": settings.project.preset,  # default or quality
-        "warm_start": champion_label(settings) if warm is not None else None,
+        "warm_start": champion_label(settings) if warm else None,
         "objective": cfg.objective,
         "window": cfg.window if cfg.objective == "sequence" else None,
         "tasks": list(cfg.tasks),
@@ -353,11 +441,11 @@ def sft(settings: Settings) -> StageResult:
         "ema_decay_applied": (
             None if cfg.ema_decay is None else decay_for(cfg.ema_decay, trainer.state.max_steps)
         ),
-        "train_examples": len(examples),
-        "eval_examples": len(evals),
+        "train_examples": examples,
+        "eval_examples": evals,
         "truncated_prompts": builder.truncated,
         "item_texts_cut": builder.texts_cut,
-        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "parameters": parameters,
         "train_loss": round(float(result.training_loss), 5),
         # of the last step's weights: the kept model is the best validation's (or its average)
         "eval_loss_last_step": round(float(eval_metrics["eval_loss"]), 5),
@@ -367,14 +455,12 @@ def sft(settings: Settings) -> StageResult:
         "train_seconds": round(float(result.metrics["train_runtime"]), 1),
         "processes": len(shards),
         "shards": shards,  # per process: rows trained on, a digest of its first batch
-        "valid_users": len(validation),
+        "valid_users": valid_users,
         "valid_num_beams": settings.evaluate.num_beams,
         "best_epoch": best.get("epoch", 0.0),
         "valid_best": {k: round(v, 5) for k, v in best.items() if "@" in k},
         "valid_history": [{k: round(v, 5) for k, v in r.items()} for r in validator.history],
     }
-    atomic_write_json(paths.metrics("sft"), metrics)
-    return sft_result(settings, metrics)
 
 
 def sft_result(settings: Settings, metrics: dict[str, Any]) -> StageResult:

@@ -4,10 +4,9 @@
 Order within a user: by timestamp, ties kept in the order the rows come from the source
 (ingest and validate keep the source's row order) — a stable sort on (user, timestamp), never
 by item id. This is what RecBole does before its leave-one-out split, so on MovieLens-100k
-our valid and test targets are RecBole's: 415 of its 943 users rate several movies in their
-last second, and an id tie-break changes 282 test and 384 valid targets. A shuffled file
-gives the same split wherever a user's timestamps are distinct; same-second ties follow the
-file.
+our valid and test targets are RecBole's (many of its users rate several movies in their last
+second, where an id tie-break would pick another target). A shuffled file gives the same split
+wherever a user's timestamps are distinct; same-second ties follow the file.
 
 ``sliding_window`` orders all samples by target time, ties again in source row order.
 """
