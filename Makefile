@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # e.g. --index-url https://download.pytorch.org/whl/cpu where the registry's torch is a CUDA build
 TORCH_PIP_ARGS ?=
 
-.PHONY: install run test test-fast lint repro bench clean
+.PHONY: install run test test-fast lint repro bench bench-quality bench-baselines bench-scale clean
 
 install: $(STAMP)
 
@@ -27,7 +27,7 @@ run: $(STAMP)
 ## Lint, type-check, then the whole test suite (fast and slow), as CI does, on 2 workers
 ## (pytest-xdist; --dist loadgroup, with no groups, hands the tests out one at a time in the
 ## order tests/conftest.py sorts them, the longest first; --dist load pre-assigns batches and
-## put all four minute-long tests on one worker: README, Testing).
+## can put all the minute-long tests on one worker).
 test: $(STAMP) lint
 	$(BIN)/pytest -m 'slow or not slow' --durations=15 -n 2 --dist loadgroup
 
@@ -39,7 +39,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Benchmarks whose output feeds the README tables.
+## Benchmarks whose output feeds the README and docs/benchmarks.md (minutes to an hour each;
+## bench.grpo and bench.serving read the models `make run` left in the project folder).
 bench: $(STAMP)
 	$(BIN)/python -m bench.sids
 	$(BIN)/python -m bench.decoding
@@ -47,6 +48,19 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.retrain
 	$(BIN)/python -m bench.grpo
+	$(BIN)/python -m bench.serving
+
+## Quality over seeds (hours on 2 cores: one full run per preset and seed) and the blend beside it.
+bench-quality: $(STAMP)
+	$(BIN)/python -m bench.quality --presets default --seeds 0 1 2 --objectives
+	$(BIN)/python -m bench.blend bench/runs/quality/default/seed-0 bench/runs/quality/default/seed-1 bench/runs/quality/default/seed-2 --models grpo sft
+
+## SASRec's settings, and the pipeline on synthetic catalogs of 10^5 and 10^6 items.
+bench-baselines: $(STAMP)
+	$(BIN)/python -m bench.sasrec
+
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale
 
 clean:
 	rm -rf $(VENV)
