@@ -2,13 +2,18 @@
 
     python -m bench.scale                         # full scale: 10^7 interactions, 10^5 and 10^6 items
     python -m bench.scale --items 10000 --interactions 100000   # a few minutes
+    python -m bench.scale --steps data --items 10000 --interactions 1000000 --users 6040 \
+        --max-history 200                 # MovieLens-1M's shape at the SASRec/HSTU protocol
 
 Each step runs the real stage or model code in a fresh Python process pinned to ``--threads``
 cores, so its time and peak memory (the process's peak RSS, interpreter and imports included)
 are its own:
 
 - ``data``: ingest → validate → split (``tasks.*``) of a ``csv`` source holding a power-law
-  log of ``--interactions`` rows over ``--data-items`` items (``bench/synthetic.py``);
+  log of ``--interactions`` rows of ``--users`` users over ``--data-items`` items
+  (``bench/synthetic.py``), histories up to ``--max-history`` items (``split.max_history``),
+  then the three split files read back as every reader of the split reads them
+  (``read_split``: ``read_table`` against ``SPLIT``);
 - ``sids``: the sids stage, RQ-KMeans (faiss) on text embeddings (clustered random vectors,
   dim 384, with their manifest), collisions resolved;
 - ``rqvae``: the same stage with RQ-VAE for whole epochs of about ``--rqvae-steps`` optimizer
@@ -49,6 +54,7 @@ from sidrec.config import Settings
 
 STEPS = ("data", "sids", "rqvae", "trie", "decode")
 DATA_STAGES = ("ingest", "validate", "split")
+SPLIT_NAMES = ("train", "valid", "test")
 MOVIELENS_ITEMS = 1682
 HISTORIES, HISTORY_LENGTH = 8, 20
 TARGET_ITEMS, TARGET_ROWS = 1_000_000, 10_000_000
@@ -74,17 +80,17 @@ class Row(NamedTuple):
 # --- the steps, as each worker process runs them
 
 
-def data_settings(work: Path) -> Settings:
+def data_settings(work: Path, max_history: int | None = None) -> Settings:
     source = work / "source"
-    return folder_settings(
-        work,
-        [
-            "project.dataset=scale-log",
-            "ingest.source=csv",
-            f"ingest.interactions={source / 'interactions.csv'}",
-            f"ingest.items={source / 'items.csv'}",
-        ],
-    )
+    overrides = [
+        "project.dataset=scale-log",
+        "ingest.source=csv",
+        f"ingest.interactions={source / 'interactions.csv'}",
+        f"ingest.items={source / 'items.csv'}",
+    ]
+    if max_history is not None:
+        overrides.append(f"split.max_history={max_history}")
+    return folder_settings(work, overrides)
 
 
 def catalog_settings(work: Path, n_items: int, overrides: list[str] | None = None) -> Settings:
@@ -96,15 +102,30 @@ def catalog_settings(work: Path, n_items: int, overrides: list[str] | None = Non
 def run_data_stage(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     stage = spec["stage"]
     stage_fn = getattr(importlib.import_module(f"tasks.{stage}"), stage)
-    settings = data_settings(work)
+    settings = data_settings(work, spec.get("max_history"))
     started = time.perf_counter()
     metrics = stage_fn(settings).metrics
     seconds = time.perf_counter() - started
     if stage == "split":
-        facts = {name: metrics[name]["rows"] for name in ("train", "valid", "test")}
+        facts = {name: metrics[name]["rows"] for name in SPLIT_NAMES}
+        files = sum(settings.paths.split(name).stat().st_size for name in SPLIT_NAMES)
+        facts["MB on disk"] = round(files / 1e6)
     else:
         facts = {k: metrics[k] for k in ("users", "items", "interactions")}
     return {"seconds": seconds, "facts": facts}
+
+
+def run_read_split(spec: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The three split files as every reader gets them (``read_split``'s ``read_table``)."""
+    from sidrec.io import read_table
+    from sidrec.schemas import SPLIT
+
+    paths = data_settings(work).paths
+    started = time.perf_counter()
+    splits = [read_table(paths.split(name), SPLIT, f"{name} split") for name in SPLIT_NAMES]
+    seconds = time.perf_counter() - started
+    entries = sum(int(df["history"].map(len).sum()) for df in splits)
+    return {"seconds": seconds, "facts": {"history entries": entries}}
 
 
 def run_sids(spec: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -238,6 +259,7 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 2) -> f
 
 WORKERS: dict[str, Worker] = {
     "data": run_data_stage,
+    "read_split": run_read_split,
     "sids": run_sids,
     "trie": run_trie,
     "decode": run_decode,
@@ -306,16 +328,16 @@ def run_worker(spec: dict[str, Any], work: Path, threads: int) -> dict[str, Any]
     return measured
 
 
-def prepare_log(work: Path, n_rows: int, n_items: int) -> None:
+def prepare_log(work: Path, n_rows: int, n_items: int, n_users: int | None = None) -> None:
     """The csv source's files, unless the workdir holds them at this size already."""
     from bench.synthetic import write_csv_source
 
-    spec = {"interactions": n_rows, "items": n_items, "seed": 0}
+    spec = {"interactions": n_rows, "items": n_items, "users": n_users, "seed": 0}
     record = work / "source" / "spec.json"
     if record.exists() and json.loads(record.read_text()) == spec:
         return
     print(f"[bench.scale] writing {n_rows:,} interactions over {n_items:,} items", file=sys.stderr)
-    write_csv_source(work / "source", n_rows, n_items)
+    write_csv_source(work / "source", n_rows, n_items, n_users=n_users)
     record.write_text(json.dumps(spec))
 
 
@@ -343,23 +365,32 @@ def random_map(work: Path, n_items: int) -> SidMap:
 
 
 def data_rows(work: Path, args: argparse.Namespace) -> list[Row]:
-    prepare_log(work, args.interactions, args.data_items)
-    scale = f"{args.interactions:,} interactions, {args.data_items:,} items"
+    prepare_log(work, args.interactions, args.data_items, args.users)
+    history = data_settings(work, args.max_history).split.max_history
+    scale = f"{args.interactions:,} interactions, {args.data_items:,} items, history ≤ {history}"
     rows: list[Row] = []
     total, peak = 0.0, 0
     for stage in DATA_STAGES:
-        measured = run_worker({"kind": "data", "stage": stage}, work, args.threads)
+        spec = {"kind": "data", "stage": stage, "max_history": history}
+        measured = run_worker(spec, work, args.threads)
         if measured is None:
             return [*rows, Row(stage, scale, "failed", "", status="FAILED")]
         total += measured["seconds"]
         peak = max(peak, measured["peak"])
-        facts = ", ".join(f"{k} {v:,}" for k, v in measured["facts"].items())
-        memory = gb(measured["peak"])
-        rows.append(Row(stage, scale, duration(measured["seconds"]), memory, notes=facts))
+        rows.append(measured_row(stage, scale, measured))
     met = total <= DATA_SECONDS and peak <= MEMORY_GB * 1e9
     target = f"≤ {DATA_SECONDS // 60} min and ≤ {MEMORY_GB:g} GB at 10^7 interactions"
     status = judged(met, args.interactions == TARGET_ROWS, "10^7 interactions")
-    return [*rows, Row("data stages", scale, duration(total), gb(peak), target, status, "sum, max")]
+    rows.append(Row("data stages", scale, duration(total), gb(peak), target, status, "sum, max"))
+    measured = run_worker({"kind": "read_split"}, work, args.threads)
+    if measured is None:
+        return [*rows, Row("read split", scale, "failed", "", status="FAILED")]
+    return [*rows, measured_row("read split", scale, measured)]
+
+
+def measured_row(step: str, scale: str, measured: dict[str, Any]) -> Row:
+    facts = ", ".join(f"{k} {v:,}" for k, v in measured["facts"].items())
+    return Row(step, scale, duration(measured["seconds"]), gb(measured["peak"]), notes=facts)
 
 
 def sids_row(work: Path, n_items: int, args: argparse.Namespace) -> tuple[Row, SidMap | None]:
@@ -505,6 +536,14 @@ def table(rows: list[Row]) -> str:
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", type=int, nargs="+", default=[100_000, TARGET_ITEMS])
     parser.add_argument("--interactions", type=int, default=TARGET_ROWS)
+    parser.add_argument(
+        "--users", type=int, help="users of the data stages (default: one per 20 interactions)"
+    )
+    parser.add_argument(
+        "--max-history",
+        type=int,
+        help="split.max_history of the data stages (default: params.yaml's)",
+    )
     parser.add_argument(
         "--data-items", type=int, help="catalog of the data stages (default: the largest --items)"
     )

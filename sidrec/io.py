@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -293,16 +294,22 @@ def read_table(path: Path, schema: pa.Schema, what: str) -> pd.DataFrame:
         actual = table.schema.field(field.name).type
         if not _compatible(actual, field.type):
             raise InputError(
-                f"{what} column has type {actual}, expected {field.type}",
+                f"{what} column has type {actual}, expected {field.type} (or the same values "
+                "in another Arrow layout: large or dictionary-encoded strings, large lists); "
+                "re-run the stage that writes it",
                 path=path,
                 column=field.name,
             )
-    return table.to_pandas()
+    return to_pandas(table)
 
 
 def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether ``actual`` holds ``expected``'s values in another layout: strings plain, large,
+    viewed or dictionary-encoded, lists with 32- or 64-bit offsets (a split's ``history``
+    written as ``list<string>`` before it was dictionary-encoded reads the same)."""
     if actual == expected:
         return True
+    actual, expected = _decoded(actual), _decoded(expected)
     strings = (pa.string(), pa.large_string(), pa.string_view())
     if expected in strings:
         return actual in strings
@@ -310,7 +317,52 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
         return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _compatible(
             actual.value_type, expected.value_type
         )
-    return False
+    return actual == expected
+
+
+def _decoded(type_: pa.DataType) -> pa.DataType:
+    return type_.value_type if pa.types.is_dictionary(type_) else type_
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """``table.to_pandas()``, where each cell of a list-of-dictionary column (a split's
+    ``history``) is, as there, a numpy object array of its strings, but built from the codes:
+    Arrow first decodes every entry to a string of its own (reading the splits of MovieLens-1M
+    at 200 history items, 1.2 · 10^8 entries: 11.3 s and 5.0 GB at peak, against 6.1 s and
+    2.3 GB here). Each distinct string is one Python object; the cells of a column chunk are
+    read-only views of one array of them (a reader copies a history to change it, as
+    ``list(h)`` does)."""
+    coded = [f.name for f in table.schema if _coded_list(f.type)]
+    frame = table.drop_columns(coded).to_pandas()
+    for name in coded:
+        frame.insert(table.column_names.index(name), name, _coded_cells(table.column(name)))
+    return frame
+
+
+def _coded_list(type_: pa.DataType) -> bool:
+    return (pa.types.is_list(type_) or pa.types.is_large_list(type_)) and pa.types.is_dictionary(
+        type_.value_type
+    )
+
+
+def _coded_cells(column: pa.ChunkedArray) -> np.ndarray:
+    cells = np.empty(len(column), dtype=object)
+    start = 0
+    for chunk in column.chunks:
+        end = start + len(chunk)
+        entries = chunk.values
+        if chunk.null_count or entries.null_count or not len(chunk):
+            cells[start:end] = chunk.to_pandas().to_numpy()  # Arrow's own way: None for nulls
+        else:
+            offsets = chunk.offsets.to_numpy()
+            strings = entries.dictionary.to_numpy(zero_copy_only=False)
+            flat = strings[entries.indices.to_numpy()[offsets[0] : offsets[-1]]]
+            flat.flags.writeable = False  # shared by every cell: none may change the others
+            bounds = offsets - offsets[0]
+            for row in range(len(chunk)):
+                cells[start + row] = flat[bounds[row] : bounds[row + 1]]
+        start = end
+    return cells
 
 
 def file_sha256(path: Path) -> str:

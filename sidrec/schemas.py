@@ -16,10 +16,18 @@ INTERACTIONS = pa.schema(
 ITEMS = pa.schema([pa.field("item_id", pa.string()), pa.field("title", pa.string())])
 """``items.parquet``; further text fields (description, brand, categories, ...) follow as strings."""
 
+HISTORY = pa.large_list(pa.dictionary(pa.int32(), pa.string()))
+"""A split's ``history``: item ids, oldest first, capped at ``split.max_history``. Stored as
+item-id codes into one dictionary of the ids (a Parquet dictionary page): four bytes per entry
+where plain strings copied each id into every history it is in, past the 2 GiB of a ``list``'s
+string offsets at MovieLens-1M × 200 (~10^8 entries); 64-bit list offsets for 10^7 samples ×
+200. Read back, a row is still a sequence of item-id strings. Files written before (``list``
+of strings) are read as well."""
+
 SPLIT = pa.schema(
     [
         pa.field("user_id", pa.string()),
-        pa.field("history", pa.list_(pa.string())),  # oldest first, capped at split.max_history
+        pa.field("history", HISTORY),
         pa.field("target", pa.string()),
         pa.field("timestamp", pa.int64()),  # the target interaction's time
     ]

@@ -28,16 +28,16 @@ from sidrec.io import AtomicOutputs, read_table
 from sidrec.orchestration import StageCache, publish_table
 from sidrec.paths import SPLITS
 from sidrec.protocol import user_sequences
-from sidrec.schemas import INTERACTIONS, SPLIT
+from sidrec.schemas import HISTORY, INTERACTIONS, SPLIT
 from sidrec.stage import StageResult
 
 log = logging.getLogger(__name__)
 
 
 def samples(seq: pd.DataFrame, max_history: int) -> pd.DataFrame:
-    """Every (user, history, target) with a non-empty history: targets at positions >= 1.
-
-    ``history`` is an Arrow list column (an element reads as a list of item ids)."""
+    """Every (user, target) with a non-empty history: targets at positions >= 1. The history
+    is ``seq``'s rows ``first`` … ``end - 1`` (oldest first, at most ``max_history``), built
+    once a part's rows are chosen (:func:`parts_with_histories`)."""
     pos = seq["pos"].to_numpy()
     rows = np.flatnonzero(pos >= 1)
     first = rows - np.minimum(pos[rows], max_history)  # each target's oldest history row
@@ -48,21 +48,41 @@ def samples(seq: pd.DataFrame, max_history: int) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "user_id": seq["user_id"].array.take(rows),
-            "history": history_lists(seq["item_id"], first, rows),
             "target": seq["item_id"].array.take(rows),
             "timestamp": column("timestamp").astype("int64"),
             "pos": column("pos"),
             "length": column("length"),
             "row": column("row"),
+            "first": first,
+            "end": rows,
         }
     )
 
 
-def history_lists(items: pd.Series, first: np.ndarray, end: np.ndarray) -> pd.Series:
-    """``items[first[r]:end[r]]`` for every r, as one Arrow list column of dictionary-encoded
-    ids (four bytes per history entry), filled one history position at a time: a Python list
-    per sample was most of the stage's time at 10^6 interactions (bench/scale.py)."""
+def parts_with_histories(
+    parts: dict[str, pd.DataFrame], items: pd.Series
+) -> dict[str, pd.DataFrame]:
+    """Each part's rows with their ``history`` (from ``items``, the item id of each row of the
+    user sequences), in ``SPLIT``'s columns. Histories are built last, per part: filtering or
+    sorting a built list column copies it through 64-bit child indices (MovieLens-1M × 200:
+    leave-one-out peaked at 2.9 GB against 1.5 GB, the sliding window's sort past 14 GB)."""
     codes, ids = pd.factorize(items)
+    dictionary = pa.array(ids, type=pa.string())
+    out = {}
+    for name, df in parts.items():
+        rows = df.reset_index(drop=True)
+        history = history_lists(codes, dictionary, rows["first"].to_numpy(), rows["end"].to_numpy())
+        out[name] = rows.assign(history=history)[list(SPLIT.names)]
+    return out
+
+
+def history_lists(
+    codes: np.ndarray, dictionary: pa.Array, first: np.ndarray, end: np.ndarray
+) -> pd.Series:
+    """``codes[first[r]:end[r]]`` for every r, as one Arrow column of the split's history type
+    (item-id codes into ``dictionary``, four bytes per history entry; see
+    ``sidrec.schemas.HISTORY``), filled one history position at a time: a Python list per
+    sample was most of the stage's time at 10^6 interactions (bench/scale.py)."""
     lengths = end - first
     offsets = np.zeros(len(end) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -70,35 +90,30 @@ def history_lists(items: pd.Series, first: np.ndarray, end: np.ndarray) -> pd.Se
     for k in range(int(lengths.max(initial=0))):
         has = np.flatnonzero(lengths > k)
         values[offsets[has] + k] = codes[first[has] + k]
-    entries = pa.DictionaryArray.from_arrays(values, pa.array(ids, type=pa.string()))
-    lists = pa.LargeListArray.from_arrays(offsets, entries)
+    entries = pa.DictionaryArray.from_arrays(values, dictionary)
+    lists = pa.LargeListArray.from_arrays(offsets, entries, type=HISTORY)
     return pd.Series(lists, dtype=pd.ArrowDtype(lists.type))
 
 
 def leave_one_out(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFrame]:
     """Per user: last item → test, second-to-last → valid, earlier targets → train."""
-    s = samples(user_sequences(inter), cfg.max_history)
+    seq = user_sequences(inter)
+    s = samples(seq, cfg.max_history)
     from_end = s["length"] - 1 - s["pos"]
     parts = {"train": s[from_end >= 2], "valid": s[from_end == 1], "test": s[from_end == 0]}
-    return {name: _finish(df) for name, df in parts.items()}
+    return parts_with_histories(parts, seq["item_id"])
 
 
 def sliding_window(inter: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataFrame]:
     """MiniOneRec: all samples in target-time order (ties: the target's source row), cut 8:1:1."""
-    s = samples(user_sequences(inter), cfg.max_history)
+    seq = user_sequences(inter)
+    s = samples(seq, cfg.max_history)
     s = s.sort_values(["timestamp", "row"]).reset_index(drop=True)
     n = len(s)
     a = round(n * cfg.ratios[0])
     b = round(n * (cfg.ratios[0] + cfg.ratios[1]))
-    return {
-        "train": _finish(s.iloc[:a]),
-        "valid": _finish(s.iloc[a:b]),
-        "test": _finish(s.iloc[b:]),
-    }
-
-
-def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    return df[list(SPLIT.names)].reset_index(drop=True)
+    parts = {"train": s.iloc[:a], "valid": s.iloc[a:b], "test": s.iloc[b:]}
+    return parts_with_histories(parts, seq["item_id"])
 
 
 def check_parts(parts: dict[str, pd.DataFrame], cfg: SplitConfig, source: Path) -> None:

@@ -8,15 +8,20 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.csv as pacsv
 
 from bench.scale import (
+    DATA_STAGES,
     Row,
     SidMap,
     catalog_settings,
+    data_settings,
     duration,
     judged,
     random_map,
+    run_data_stage,
+    run_read_split,
     run_sids,
     run_trie,
     table,
@@ -51,6 +56,8 @@ def test_interaction_log_is_a_valid_power_law_log():
     assert set(counts.index) <= {f"i{i}" for i in range(400)}
     assert counts.iloc[0] > 20 * counts.median()  # popular head, long tail
     assert interaction_log(5_000, 400, seed=1).equals(interaction_log(5_000, 400, seed=1))
+    few = interaction_log(5_000, 400, seed=1, n_users=40).to_pandas().groupby("user_id").size()
+    assert len(few) == 40 and few.sum() == 5_000 and few.min() >= MIN_USER_ROWS
 
 
 def test_clustered_embeddings_are_unit_rows_clustered_by_topic():
@@ -88,6 +95,19 @@ def test_the_sids_and_trie_steps_run_the_stage_and_measure_it(tmp_path: Path):
     assert trie["facts"]["tables"] > 0 and trie["seconds"] >= 0
     random = random_map(tmp_path, 500)
     assert len(json.loads(random.path.read_text())) == 500
+
+
+def test_the_data_step_splits_at_the_given_history_and_reads_the_split_back(tmp_path: Path):
+    write_csv_source(tmp_path / "source", 2_000, 50, n_users=10)  # 200 rows per user
+    for stage in DATA_STAGES:
+        made = run_data_stage({"stage": stage, "max_history": 120}, tmp_path)
+    assert (
+        made["facts"]["valid"] == made["facts"]["test"] == 10 and made["facts"]["MB on disk"] >= 0
+    )
+    read = run_read_split({}, tmp_path)
+    train = pd.read_parquet(data_settings(tmp_path).paths.split("train"))
+    lengths = train["history"].map(len)
+    assert lengths.max() == 120 and read["facts"]["history entries"] > lengths.sum()
 
 
 def test_verdicts_and_table():

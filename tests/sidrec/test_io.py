@@ -3,13 +3,16 @@ from __future__ import annotations
 import os
 import stat
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import sidrec.io
 from sidrec.errors import InputError
-from sidrec.io import AtomicOutputs, atomic_write_json, read_table, replace_dir
-from sidrec.schemas import INTERACTIONS
+from sidrec.io import AtomicOutputs, atomic_write_json, read_table, replace_dir, to_pandas
+from sidrec.schemas import HISTORY, INTERACTIONS, SPLIT
 
 
 def _frame() -> pd.DataFrame:
@@ -166,6 +169,73 @@ def test_read_table_checks_schema(tmp_path):
     (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match="not a readable Parquet"):
         read_table(tmp_path / "junk.parquet", INTERACTIONS, "interactions")
+
+
+HISTORIES = [["a", "b"], [], ["b", "c", "a"]]
+
+
+def _split_table(history_type: pa.DataType) -> pa.Table:
+    return pa.table(
+        {
+            "user_id": ["u", "v", "w"],
+            "history": pa.array(HISTORIES, type=history_type),
+            "target": ["c", "a", "b"],
+            "timestamp": pa.array([1, 2, 3], type=pa.int64()),
+        }
+    )
+
+
+def _assert_item_id_strings(histories: pd.Series) -> None:
+    """As readers of the split get a history: a numpy array of item-id strings per row."""
+    assert [h.tolist() for h in histories] == HISTORIES
+    assert all(isinstance(h, np.ndarray) for h in histories)
+    assert all(type(i) is str for h in histories for i in h)
+
+
+def test_split_histories_are_written_as_coded_ids_and_read_as_strings(tmp_path):
+    path = tmp_path / "train.parquet"
+    frame = _split_table(pa.list_(pa.string())).to_pandas()  # histories as Python sequences
+    with AtomicOutputs() as out:
+        out.parquet(frame, path, SPLIT)
+    assert pq.read_schema(path).field("history").type.equals(HISTORY)  # dictionary pages
+    read = read_table(path, SPLIT, "train split")
+    _assert_item_id_strings(read["history"])
+    assert not read["history"][0].flags.writeable  # views of one array: a reader copies first
+    assert read.drop(columns="history").equals(frame.drop(columns="history"))
+
+
+@pytest.mark.parametrize(
+    "history_type", [pa.list_(pa.string()), pa.large_list(pa.large_string()), HISTORY]
+)
+def test_a_split_written_in_an_earlier_layout_reads_the_same(tmp_path, history_type):
+    path = tmp_path / "train.parquet"
+    pq.write_table(_split_table(history_type), path)  # list<string>: splits written before
+    _assert_item_id_strings(read_table(path, SPLIT, "train split")["history"])
+
+
+def test_a_split_history_of_another_type_is_refused_with_the_column_and_the_fix(tmp_path):
+    path = tmp_path / "train.parquet"
+    table = _split_table(pa.list_(pa.string()))
+    numbers = pa.array([[1, 2], [], [3]], type=pa.list_(pa.int64()))
+    pq.write_table(table.set_column(1, "history", numbers), path)
+    with pytest.raises(InputError) as refused:
+        read_table(path, SPLIT, "train split")
+    message = str(refused.value)
+    assert "column 'history'" in message and "list<element: int64>" in message
+    assert "expected large_list" in message and "re-run the stage that writes it" in message
+
+
+def test_coded_lists_convert_as_arrow_would_chunk_by_chunk():
+    one = pa.array([["x", "y"], ["y"]], type=HISTORY)
+    two = pa.array([["z"], None, [], ["q", "z", "q"]], type=HISTORY)  # its own dictionary
+    column = pa.chunked_array([one, two.slice(1), two.slice(0, 1)])
+    table = pa.table({"n": list(range(len(column))), "history": column})
+    got = to_pandas(table)
+    want = table.to_pandas()
+    assert got.columns.tolist() == ["n", "history"] and got["n"].equals(want["n"])
+    expected = [None if h is None else h.tolist() for h in want["history"]]
+    assert [None if h is None else h.tolist() for h in got["history"]] == expected
+    assert expected == [["x", "y"], ["y"], None, [], ["q", "z", "q"], ["z"]]
 
 
 # ---------------------------------------------------------------- writers killed mid-write

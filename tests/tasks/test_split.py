@@ -6,10 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from sidrec.config import SplitConfig
 from sidrec.errors import InputError
+from sidrec.io import read_table
+from sidrec.schemas import HISTORY, SPLIT
 from tasks.ingest import ingest
 from tasks.split import leave_one_out, sliding_window, split
 from tasks.validate import validate
@@ -87,6 +90,12 @@ def test_split_stage_writes_parquet_with_schema(project, write_csv_dataset, csv_
     test = pd.read_parquet(settings.paths.split("test"))
     assert test.columns.tolist() == ["user_id", "history", "target", "timestamp"]
     assert sorted(test["target"]) == ["d", "d", "d"]
+    # histories on disk as item-id codes into one dictionary (sidrec.schemas.HISTORY), read
+    # back by every reader as a sequence of item-id strings per row
+    assert pq.read_schema(settings.paths.split("test")).field("history").type.equals(HISTORY)
+    read = read_table(settings.paths.split("test"), SPLIT, "test split")
+    assert [h.tolist() for h in read["history"]] == [h.tolist() for h in test["history"]]
+    assert all(type(i) is str for h in read["history"] for i in h) and len(read["history"][0])
 
 
 def test_a_split_that_leaves_a_part_empty_is_refused_and_writes_nothing(
