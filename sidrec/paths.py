@@ -96,6 +96,13 @@ class DatasetPaths:
         return self.baselines_dir / "sasrec"
 
     @property
+    def ease_choice(self) -> Path:
+        """EASE's L2 and the SASRec + EASE blend's weight, chosen on the validation selection
+        half (or why both were left out): evaluate fits EASE on the train split with them
+        (``tasks.shared.baselines``)."""
+        return self.baselines_dir / "ease.json"
+
+    @property
     def sft_dir(self) -> Path:
         return self.artifacts_dir / "sft" / self.dataset
 

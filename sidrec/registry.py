@@ -138,13 +138,17 @@ def register_and_gate(
     run_id: str | None = None,
     model_id: str | None = None,
     tags: Mapping[str, str] | None = None,
+    veto: str | None = None,
 ) -> GateDecision:
     """Register ``model_uri`` as a new version of ``model_name`` and gate its promotion.
 
     ``client``: an ``mlflow.MlflowClient``. ``comparison``: the challenger and the champion
     (``champion_before``, looked up before scoring) on the same gate users. ``metrics``: the
     candidate's evaluation metrics (``valid.ndcg@10`` ...), stored as version tags, like
-    ``tags`` (dataset, candidate stage, data fingerprints, ...).
+    ``tags`` (dataset, candidate stage, data fingerprints, ...). ``veto``: a reason the
+    candidate may not be promoted whatever the champion comparison says (the register
+    stage's check against the best baseline); it is registered, not promoted, and the reason
+    is recorded.
     """
     if min_margin < 0 or not math.isfinite(min_margin):
         raise InputError(f"min_margin must be a finite number >= 0, got {min_margin}")
@@ -174,6 +178,9 @@ def register_and_gate(
     promoted, reason = decide(
         comparison, has_champion=champion_before is not None, min_margin=min_margin
     )
+    if veto is not None:
+        reason = veto if promoted else f"{reason}; {veto}"
+        promoted = False
     decision_tags = {
         TAG_DECISION: "promoted" if promoted else "rejected",
         TAG_REASON: reason,

@@ -42,7 +42,8 @@ what each stage does with them. Experiments behind the defaults are in the
 
 
 def render(params: Path = DEFAULT_PARAMS) -> str:
-    """The reference page for the settings ``params`` holds (without a preset applied)."""
+    """The reference page for the settings ``params`` holds (without a profile or preset
+    applied)."""
     settings = load_settings(params)
     defaults = Settings()
     lines = [_HEADER]
@@ -51,8 +52,8 @@ def render(params: Path = DEFAULT_PARAMS) -> str:
     for key, field in sections:
         if (model := _model(field)) is not None:
             lines += _section(key, model, settings, defaults, level=2)
-        else:  # presets, the one top-level key that is not a section
-            lines += _presets(field, settings)
+        else:  # presets and profiles, the top-level keys that are not sections
+            lines += _layers(key, field, settings)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -82,10 +83,10 @@ def _section(
     return lines
 
 
-def _presets(field: FieldInfo, settings: Settings) -> list[str]:
-    block = yaml.safe_dump({"presets": settings.presets}, sort_keys=False).rstrip()
+def _layers(key: str, field: FieldInfo, settings: Settings) -> list[str]:
+    block = yaml.safe_dump({key: settings.section(key)}, sort_keys=False).rstrip()
     return [
-        "## presets",
+        f"## {key}",
         "",
         _markdown(field.description or ""),
         "",

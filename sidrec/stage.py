@@ -32,15 +32,19 @@ STAGES: tuple[Stage, ...] = get_args(Stage)
 STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "ingest": ("project.dataset", "ingest"),
     "validate": ("project.dataset", "validate"),
-    "split": ("project.dataset", "split"),
+    # a dataset profile may set keys of split, sids, sasrec, model, sft and grpo
+    "split": ("project.dataset", "project.profile", "profiles", "split"),
     "embed": ("project.dataset", "embed"),
-    "sids": ("project.dataset", "project.seed", "sids"),
-    # SASRec selects its checkpoint as evaluate ranks (seen-item exclusion)
+    "sids": ("project.dataset", "project.seed", "project.profile", "profiles", "sids"),
+    # SASRec, EASE and the blend are chosen as evaluate ranks (seen-item exclusion)
     "baselines": (
         "project.dataset",
         "project.seed",
+        "project.profile",
+        "profiles",
         "split.max_history",
         "sasrec",
+        "ease",
         "evaluate.exclude_seen",
     ),
     # sft and grpo validate as evaluate ranks: its beams, batch size and seen-item exclusion;
@@ -48,6 +52,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "sft": (
         "project.dataset",
         "project.seed",
+        "project.profile",
+        "profiles",
         "project.preset",
         "presets",
         "split.max_history",
@@ -63,6 +69,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "grpo": (
         "project.dataset",
         "project.seed",
+        "project.profile",
+        "profiles",
         "project.preset",
         "presets",
         "split.max_history",
@@ -75,6 +83,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "evaluate": (
         "project.dataset",
         "project.seed",
+        "project.profile",
+        "profiles",
         "project.preset",
         "presets",
         "split.method",
@@ -87,6 +97,8 @@ STAGE_PARAMS: dict[Stage, tuple[str, ...]] = {
     "register": (
         "project.dataset",
         "project.seed",
+        "project.profile",
+        "profiles",
         "project.preset",
         "presets",
         "split.max_history",
@@ -174,6 +186,7 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             paths.sid_map,
             *(paths.split(s) for s in ("train", "valid", "test")),
             *_files(paths.sasrec_model),
+            paths.ease_choice,
             *_files(paths.sft_model),
             # with GRPO's kept step (in its model folder: it decides the best generative model)
             *(_files(paths.grpo_model) if settings.grpo.enabled else []),
@@ -187,6 +200,12 @@ def stage_inputs(stage: Stage, settings: Settings) -> list[Path]:
             paths.sid_map,
             *_files(paths.sft_model),
             *(_files(paths.grpo_model) if settings.grpo.enabled else []),
+            # the best baseline's scores must come from today's baselines
+            *(
+                [*_files(paths.sasrec_model), paths.ease_choice]
+                if settings.register_.gate_best_baseline
+                else []
+            ),
         ]
     files = [paths.item_emb, paths.item_emb_manifest, paths.validated("items")]
     if settings.sids.embedding != "text":  # collaborative factors come from the train split

@@ -1,6 +1,7 @@
 """Stage 8 — evaluate: HR@K / NDCG@K over the full catalog for the SFT and GRPO models and the
-popularity and SASRec baselines, on the same rows, under one protocol. Writes
-``metrics/eval.json`` and the per-user scores beside it (``metrics/eval_users.parquet``).
+popularity, SASRec, EASE and SASRec + EASE blend baselines, on the same rows, under one
+protocol. Writes ``metrics/eval.json`` and the per-user scores beside it
+(``metrics/eval_users.parquet``).
 
 Protocol (recorded in the report next to the numbers):
 - rows: every test row; for valid, the **gate half** of the validation users
@@ -9,13 +10,19 @@ Protocol (recorded in the report next to the numbers):
 - ``evaluate.exclude_seen`` (default): every model ranks only items outside the user's whole
   pre-target history (all train interactions, plus the valid target when scoring test);
   the generative models exclude inside the constrained decoding;
+- EASE and the blend rank with the L2 and weight the ``baselines`` stage chose on the
+  selection half (``tasks/shared/baselines.py``); past EASE's catalog limit both rows are
+  left out and the protocol says why;
 - the SID models rank with :class:`models.recommender.SidRecommender` at ``evaluate.num_beams``:
   the recommender the registered model serves;
 - uncertainty: a bootstrap interval over users per model and metric, and paired intervals of
-  the differences that matter (SFT − SASRec, GRPO − SFT, best generative − SASRec). The best
-  generative model is chosen on the validation **selection** half, never on the gate half
-  scored here nor on test: GRPO where its own validation kept a step past its SFT start (it
-  scored above that start on the selection users), else SFT.
+  the differences that matter (each generative model − SASRec and − the best baseline, GRPO −
+  SFT, best generative − SASRec and − the best baseline). The best generative model is chosen
+  on the validation **selection** half, never on the gate half scored here nor on test: GRPO
+  where its own validation kept a step past its SFT start (it scored above that start on the
+  selection users), else SFT. The **best baseline** is the baseline with the highest NDCG@10
+  on the gate half (the promotion gate's users: ``register.gate_best_baseline`` refuses a
+  candidate that trails it there).
 """
 
 from __future__ import annotations
@@ -45,12 +52,30 @@ from sidrec.orchestration import StageCache, publish_table
 from sidrec.protocol import fingerprint, seen_items, validation_half
 from sidrec.stage import StageResult
 from sidrec.tracking import log_stage, metric_key
+from tasks.shared.baselines import (
+    EASE_ROWS,
+    EaseChoice,
+    ease_topks,
+    fitted_ease,
+    read_ease_choice,
+)
 from tasks.shared.inputs import load_catalog_and_map, load_recommender, read_split
 
 log = logging.getLogger(__name__)
 EVAL_SPLITS = ("valid", "test")
 BEST = "best generative"
-PAIRS = (("sft", "sasrec"), ("grpo", "sft"), (BEST, "sasrec"))
+BEST_BASELINE = "best baseline"
+BASELINES = ("popularity", "sasrec", *EASE_ROWS)
+"""The baselines, in the order of the report (the generative models follow)."""
+PAIRS = (
+    ("sft", "sasrec"),
+    ("grpo", "sft"),
+    (BEST, "sasrec"),
+    ("grpo", "sasrec"),
+    ("sft", BEST_BASELINE),
+    ("grpo", BEST_BASELINE),
+    (BEST, BEST_BASELINE),
+)
 """Paired comparisons reported as ``"<a> - <b>"`` (skipped when a model did not run)."""
 TIE_RULE = "by timestamp; ties keep the source's row order (stable sort, never by id)"
 
@@ -91,6 +116,8 @@ def evaluate(settings: Settings) -> StageResult:
     started = time.perf_counter()
     popularity = Popularity(item_ids=item_ids).fit(splits["train"])
     sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    choice = read_ease_choice(settings)
+    ease, left_out = fitted_ease(choice, item_ids, splits["train"])
     generators = {"sft": _generator(settings, "sft", sid_map, item_ids)}
     if settings.grpo.enabled:
         generators["grpo"] = _generator(settings, "grpo", sid_map, item_ids)
@@ -108,6 +135,9 @@ def evaluate(settings: Settings) -> StageResult:
             "popularity": popularity_topk(popularity, len(rows), k, exclude),
             "sasrec": recommend(sasrec, histories, k, exclude=exclude),
         }
+        if ease is not None:
+            assert choice.alpha is not None  # read_ease_choice checks it
+            topks |= ease_topks(sasrec, ease, choice.alpha, histories, exclude, index, k)
         truncated: dict[str, int] = {}
         for model_name, generator in generators.items():
             ranking = generator.rank(histories, k, exclude=exclude, progress=True)
@@ -128,8 +158,12 @@ def evaluate(settings: Settings) -> StageResult:
         report[f"{name}_rows"] = len(rows)
     users = pd.concat(per_user, ignore_index=True)
     best = best_generative(settings, list(generators))
-    report |= _uncertainty(users, best, cfg.bootstrap_resamples, settings.project.seed)
+    baseline = best_baseline(users, cfg.ks)
+    report |= _uncertainty(
+        users, best, cfg.bootstrap_resamples, settings.project.seed, best_baseline=baseline
+    )
     report["protocol"] = protocol(settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report)
+    report["protocol"]["baselines"] = _baselines_record(choice, left_out)
     report["sasrec_best_epoch"] = sasrec.best_epoch
     report["seconds"] = round(time.perf_counter() - started, 1)
     with AtomicOutputs() as out:
@@ -138,6 +172,38 @@ def evaluate(settings: Settings) -> StageResult:
     log.info("%s", summary_line(report))
     files = [paths.metrics("eval"), paths.eval_users]
     return StageResult.from_files("evaluate", files, report, summary_line(report))
+
+
+def _baselines_record(choice: EaseChoice, left_out: dict[str, str]) -> dict[str, Any]:
+    """Which baselines ran, which were left out and why, and EASE's and the blend's settings
+    (chosen on the validation selection half by the baselines stage)."""
+    record: dict[str, Any] = {
+        "ran": [m for m in BASELINES if m not in left_out],
+        "left_out": left_out,
+        "best_baseline": "the baseline with the highest NDCG@10 on the gate half",
+    }
+    if not left_out:
+        record["ease"] = {"l2": choice.l2, "recency": choice.recency}
+        record["blend"] = {"alpha": choice.alpha}
+        record["chosen_on"] = "selection half of the validation users (the baselines stage)"
+    return record
+
+
+def headline_metric(ks: list[int]) -> str:
+    """NDCG@10, or NDCG at the largest K where 10 is not among ``ks``."""
+    return "ndcg@10" if 10 in ks else f"ndcg@{max(ks)}"
+
+
+def best_baseline(users: pd.DataFrame, ks: list[int]) -> str:
+    """The baseline with the highest mean :func:`headline_metric` over the gate half of the
+    validation users (the ``valid`` rows of ``users``; ties: the first of :data:`BASELINES`)."""
+    metric = headline_metric(ks)
+    valid = users[users["split"] == "valid"]
+    means = {m: valid.loc[valid["model"] == m, metric].mean() for m in BASELINES}
+    ran = [m for m in BASELINES if pd.notna(means[m])]
+    if not ran:
+        raise InputError("no baseline was scored on the validation gate users")
+    return max(ran, key=lambda m: (means[m], -ran.index(m)))
 
 
 def _generator(
@@ -171,7 +237,7 @@ def _score(
         row = {m: round(float(v.mean()), 6) for m, v in values.items()}
         row[f"coverage@{top}"] = round(catalog_coverage(topk, n_items, top), 6)
         row[f"popularity_percentile@{top}"] = round(popularity_percentile(topk, counts, top), 3)
-        if model not in ("popularity", "sasrec"):
+        if model not in BASELINES:
             # -1 beyond what exclusion explains (fewer than k items allowed) is an invalid SID
             expected = np.clip(topk.shape[1] - allowed, 0, None)
             invalid = np.clip((topk < 0).sum(1) - expected, 0, None)
@@ -181,11 +247,17 @@ def _score(
 
 
 def _uncertainty(
-    users: pd.DataFrame, best: str | None, resamples: int, seed: int
+    users: pd.DataFrame,
+    best: str | None,
+    resamples: int,
+    seed: int,
+    *,
+    best_baseline: str | None = None,
 ) -> dict[str, Any]:
     """95% bootstrap intervals per split/model/metric and paired intervals of the differences
-    (``best``: the generative model the "best generative" rows stand for), resampling users:
-    under a sliding-window split a user's several rows are drawn together."""
+    (``best``: the generative model the "best generative" rows stand for; ``best_baseline``:
+    the baseline the "best baseline" rows stand for), resampling users: under a sliding-window
+    split a user's several rows are drawn together."""
 
     def users_of(df: pd.DataFrame) -> np.ndarray:
         return df["user_id"].to_numpy()
@@ -197,6 +269,8 @@ def _uncertainty(
         by_model = {m: df.reset_index(drop=True) for m, df in rows.groupby("model", sort=False)}
         if best is not None:
             by_model[BEST] = by_model[best]
+        if best_baseline is not None:
+            by_model[BEST_BASELINE] = by_model[best_baseline]
         intervals[str(split)] = {
             model: {
                 m: _rounded(
@@ -207,7 +281,7 @@ def _uncertainty(
                 for m in metrics
             }
             for model, df in by_model.items()
-            if model != BEST
+            if model not in (BEST, BEST_BASELINE)
         }
         paired[str(split)] = {
             f"{a} - {b}": {
@@ -225,7 +299,12 @@ def _uncertainty(
             for a, b in PAIRS
             if a in by_model and b in by_model
         }
-    return {"best_generative": best, "intervals": intervals, "paired": paired}
+    return {
+        "best_generative": best,
+        "best_baseline": best_baseline,
+        "intervals": intervals,
+        "paired": paired,
+    }
 
 
 def best_generative(settings: Settings, generative: list[str]) -> str | None:
@@ -279,6 +358,7 @@ def protocol(
             "split": fingerprint([paths.split(s) for s in ("train", *EVAL_SPLITS)]),
             "sid_map": fingerprint([paths.sid_map]),
             "sasrec": fingerprint([paths.sasrec_model]),
+            "ease": fingerprint([paths.ease_choice]),
             **{
                 f"{name}_model": fingerprint([folder])
                 for name, folder in models.items()
@@ -298,20 +378,34 @@ def verdict(interval: dict[str, float]) -> str:
 
 
 def summary_line(report: dict[str, Any]) -> str:
-    """One line for the run summary: test NDCG@10 with intervals, and the key comparison."""
-    metric = "ndcg@10" if "ndcg@10" in report["test"]["popularity"] else f"ndcg@{max(report['ks'])}"
+    """One line for the run summary: test NDCG@10 with intervals, then each generative model
+    against SASRec and against the best baseline (paired intervals)."""
+    metric = headline_metric(report["ks"])
     parts = []
     for model, row in report["test"].items():
         ci = report["intervals"]["test"][model][metric]
         parts.append(f"{model} {row[metric]:.4f} [{ci['low']:.4f}, {ci['high']:.4f}]")
     line = f"test {metric.upper()}: " + " · ".join(parts)
-    diff = report["paired"]["test"].get(f"{BEST} - sasrec", {}).get(metric)
-    if diff is not None:
-        line += (
-            f" · {report['best_generative']} {verdict(diff)} sasrec "
-            f"({diff['mean']:+.4f} [{diff['low']:+.4f}, {diff['high']:+.4f}])"
-        )
+    paired, baseline = report["paired"]["test"], report.get("best_baseline")
+    for model in (m for m in report["test"] if m not in BASELINES):
+        words = [
+            f"{verdict(diff)} {name} ({_signed(diff)})"
+            for name, diff in (
+                ("sasrec", paired.get(f"{model} - sasrec", {}).get(metric)),
+                (
+                    f"the best baseline {baseline}",
+                    paired.get(f"{model} - {BEST_BASELINE}", {}).get(metric),
+                ),
+            )
+            if diff is not None and not (name.endswith(" sasrec") and baseline == "sasrec")
+        ]
+        if words:
+            line += f" · {model} " + " and ".join(words)
     return line
+
+
+def _signed(interval: dict[str, float]) -> str:
+    return f"{interval['mean']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}]"
 
 
 @task(name="evaluate", cache_policy=StageCache(stage="evaluate"), persist_result=True)

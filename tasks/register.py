@@ -7,7 +7,10 @@ The gate decides on the **gate half** of the validation users (``register.gate_m
 ``valid.*`` only): the candidate's per-user scores come from ``metrics/eval_users.parquet``
 (refused when ``metrics/eval.json`` was computed from another model folder, split or SID
 map), and the current champion's registered weights and SID map are loaded into today's
-recommender code and re-scored on the same users. Everything that can fail — inputs,
+recommender code and re-scored on the same users. Under ``register.gate_best_baseline`` the
+candidate is also compared, user by user on the same users, with evaluate's best baseline
+(``best_baseline`` of ``metrics/eval.json``): a candidate whose paired interval against it
+lies entirely below 0 is registered but never promoted. Everything that can fail — inputs,
 fingerprints, the champion's files, the re-scoring — is checked before anything is logged.
 """
 
@@ -33,6 +36,39 @@ from sidrec.schemas import SPLIT
 from sidrec.stage import StageResult
 
 log = logging.getLogger(__name__)
+
+
+class BaselineCheck(NamedTuple):
+    """The candidate against evaluate's best baseline on the gate users (the gate metric)."""
+
+    name: str
+    """The baseline (``best_baseline`` of ``metrics/eval.json``)."""
+    value: float
+    """Its mean gate metric on the gate users."""
+    low: float
+    high: float
+    """The paired interval of (candidate − baseline) at ``register.confidence``."""
+    refuses: bool
+    """The interval lies entirely below 0 and ``register.gate_best_baseline`` is on."""
+
+    def reason(self, metric: str, confidence: float, users: int) -> str:
+        return (
+            f"{metric} trails the best baseline {self.name} ({self.value:.4g}): paired "
+            f"{confidence:.0%} interval of candidate − {self.name} [{self.low:+.4g}, "
+            f"{self.high:+.4g}] over {users} gate users lies below 0 "
+            "(register.gate_best_baseline)"
+        )
+
+
+class Judged(NamedTuple):
+    """What the gate decides on, computed before anything is logged."""
+
+    comparison: Comparison
+    champion_before: str | None
+    evaluation: dict[str, Any]
+    """``metrics/eval.json``, checked against today's files."""
+    baseline: BaselineCheck | None
+    """None where evaluate names no best baseline and the check is off."""
 
 
 class Candidate(NamedTuple):
@@ -70,7 +106,8 @@ def pick_candidate(settings: Settings) -> Candidate:
 
 def checked_report(settings: Settings, candidate: Candidate) -> dict[str, Any]:
     """``metrics/eval.json``, refused unless it was computed from today's candidate folder,
-    split and SID map (its fingerprints), for this dataset."""
+    split and SID map (its fingerprints), and under ``register.gate_best_baseline`` today's
+    baselines (SASRec, EASE's choice), for this dataset."""
     paths = settings.paths
     path = paths.metrics("eval")
     report = read_json(path, "evaluation metrics", "run `sidrec evaluate` first")
@@ -86,6 +123,9 @@ def checked_report(settings: Settings, candidate: Candidate) -> dict[str, Any]:
         "split": ([paths.split(s) for s in ("train", "valid", "test")], "the split"),
         "sid_map": ([paths.sid_map], "the SID map"),
     }
+    if settings.register_.gate_best_baseline:  # the best baseline's scores are compared too
+        today["sasrec"] = ([paths.sasrec_model], "SASRec baseline")
+        today["ease"] = ([paths.ease_choice], "EASE choice of the baselines stage")
     for key, (files, what) in today.items():
         if recorded.get(key) != fingerprint(files):
             raise InputError(
@@ -98,7 +138,8 @@ def checked_report(settings: Settings, candidate: Candidate) -> dict[str, Any]:
 
 
 def candidate_scores(settings: Settings, candidate: str, gate: pd.DataFrame) -> np.ndarray:
-    """The candidate's per-user gate metric on the gate users, in ``gate``'s row order."""
+    """A model's per-user gate metric on the gate users (evaluate's scores of the candidate,
+    or of a baseline), in ``gate``'s row order."""
     metric = settings.register_.gate_metric.split(".", 1)[1]
     path = settings.paths.eval_users
     users = pd.read_parquet(path) if path.exists() else None
@@ -197,8 +238,45 @@ def rescore(
     return scores, dropped, int((~hit).sum())
 
 
-def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str | None, dict]:
-    """The candidate against the current champion on the gate users (nothing logged yet)."""
+def against_best_baseline(
+    settings: Settings, report: dict[str, Any], gate: pd.DataFrame, ours: np.ndarray
+) -> BaselineCheck | None:
+    """The candidate's gate scores ``ours`` against evaluate's best baseline on the same gate
+    users; refused inputs where the check is on and the evaluation names no best baseline."""
+    from models.stats import paired_bootstrap_interval
+
+    cfg = settings.register_
+    name = report.get("best_baseline")
+    if not isinstance(name, str):
+        if not cfg.gate_best_baseline:
+            return None
+        raise InputError(
+            f"the evaluation names no best baseline (best_baseline: {name!r}), which "
+            "register.gate_best_baseline compares the candidate with; re-run `sidrec evaluate`, "
+            "or set register.gate_best_baseline false",
+            path=settings.paths.metrics("eval"),
+        )
+    theirs = candidate_scores(settings, name, gate)
+    interval = paired_bootstrap_interval(
+        ours,
+        theirs,
+        groups=gate["user_id"].astype(str).to_numpy(),
+        confidence=cfg.confidence,
+        n_resamples=settings.evaluate.bootstrap_resamples,
+        seed=settings.project.seed,
+    )
+    return BaselineCheck(
+        name=name,
+        value=float(theirs.mean()),
+        low=float(interval.low),
+        high=float(interval.high),
+        refuses=cfg.gate_best_baseline and interval.high < 0,
+    )
+
+
+def compare(settings: Settings, candidate: Candidate) -> Judged:
+    """The candidate against the current champion and against the best baseline on the gate
+    users (nothing logged yet)."""
     from models.stats import paired_bootstrap_interval
     from sidrec.registry import champion_version, client, download_version
 
@@ -206,6 +284,7 @@ def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str |
     report = checked_report(settings, candidate)
     gate, seen = gate_rows(settings)
     ours = candidate_scores(settings, candidate.name, gate)
+    baseline = against_best_baseline(settings, report, gate, ours)
     before = champion_version(client(), model_name(settings))
     if before is None:
         comparison = Comparison(
@@ -217,7 +296,7 @@ def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str |
             confidence=cfg.confidence,
             users=int(gate["user_id"].nunique()),
         )
-        return comparison, None, report
+        return Judged(comparison, None, report, baseline)
     with tempfile.TemporaryDirectory(prefix="sidrec-champion-") as tmp:
         files = download_version(client(), model_name(settings), before, Path(tmp))
         theirs, dropped, unknown = rescore(settings, files, gate, seen)
@@ -240,7 +319,7 @@ def compare(settings: Settings, candidate: Candidate) -> tuple[Comparison, str |
         dropped_history_items=dropped,
         unknown_targets=unknown,
     )
-    return comparison, before, report
+    return Judged(comparison, before, report, baseline)
 
 
 def register(settings: Settings) -> StageResult:
@@ -259,21 +338,14 @@ def register(settings: Settings) -> StageResult:
             "register", [paths.metrics("register")], report, summary_line(report)
         )
     candidate = pick_candidate(settings)
-    comparison, before, evaluation = compare(settings, candidate)
-    report = _log_and_gate(settings, candidate, comparison, before, evaluation)
+    report = _log_and_gate(settings, candidate, compare(settings, candidate))
     atomic_write_json(paths.metrics("register"), report)
     return StageResult.from_files(
         "register", [paths.metrics("register")], report, summary_line(report)
     )
 
 
-def _log_and_gate(
-    settings: Settings,
-    candidate: Candidate,
-    comparison: Comparison,
-    before: str | None,
-    evaluation: dict[str, Any],
-) -> dict[str, Any]:
+def _log_and_gate(settings: Settings, candidate: Candidate, judged: Judged) -> dict[str, Any]:
     import mlflow
 
     from models.pyfunc import GenerationSettings, log_recommender
@@ -282,6 +354,7 @@ def _log_and_gate(
     from tasks.shared.inputs import load_catalog_and_map
 
     cfg = settings.register_
+    comparison, before, evaluation, baseline = judged
     dataset = settings.project.dataset
     items, _ = load_catalog_and_map(settings)  # checks the map covers the catalog
     if cfg.top_k > len(items):
@@ -305,8 +378,12 @@ def _log_and_gate(
         "sidrec.dataset": dataset,
         "sidrec.candidate": candidate.name,
         **{f"sidrec.fingerprint.{k}": str(v) for k, v in fingerprints.items()},
+        **_baseline_tags(baseline),
     }
     name = model_name(settings)
+    veto = None  # a candidate below the best baseline is registered, never promoted
+    if baseline is not None and baseline.refuses:
+        veto = baseline.reason(comparison.metric, comparison.confidence, comparison.users)
     params = {"register": settings.section("register"), "candidate": candidate.name}
     with stage_run(dataset=dataset, stage="register", params=params) as run:
         mlflow.log_metrics({metric_key(k): v for k, v in metrics.items()})
@@ -329,6 +406,7 @@ def _log_and_gate(
             run_id=run.info.run_id,
             model_id=info.model_id,
             tags=tags,
+            veto=veto,
         )
         mlflow.set_tags(
             {
@@ -348,8 +426,22 @@ def _log_and_gate(
         "dropped_history_items": comparison.dropped_history_items,
         "unknown_targets": comparison.unknown_targets,
         "fingerprints": fingerprints,
+        "gate_best_baseline": cfg.gate_best_baseline,
+        "best_baseline": None if baseline is None else baseline._asdict(),
         # from the registry's decision tags: what the gate-rejections automation watches
         "rejections_in_a_row": rejections_in_a_row(client(), name),
+    }
+
+
+def _baseline_tags(baseline: BaselineCheck | None) -> dict[str, str]:
+    """Version tags of the check against the best baseline (none where it did not run)."""
+    if baseline is None:
+        return {}
+    return {
+        "sidrec.best_baseline": baseline.name,
+        "sidrec.best_baseline_value": str(baseline.value),
+        "sidrec.best_baseline_diff_low": str(baseline.low),
+        "sidrec.best_baseline_diff_high": str(baseline.high),
     }
 
 
@@ -358,6 +450,9 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("skipped"):
         return f"skipped ({report['reason']})"
     verdict = "promoted to champion" if report["promoted"] else "not promoted"
+    baseline = report.get("best_baseline")
+    if baseline and baseline["refuses"]:
+        verdict += f" (below the best baseline {baseline['name']})"
     if report.get("rejections_in_a_row", 0) > 1:
         verdict += f" ({report['rejections_in_a_row']} in a row)"
     if report["champion_version"]:
@@ -402,6 +497,7 @@ def decision_markdown(report: dict[str, Any]) -> str:
             "champion: dropped history items / unknown targets",
             f"{report['dropped_history_items']} / {report['unknown_targets']}",
         ),
+        _baseline_row(report),
         ("data", ", ".join(f"{k} `{v}`" for k, v in report["fingerprints"].items())),
         ("reason", report["reason"]),
         ("gate rejections in a row", str(report.get("rejections_in_a_row", "-"))),
@@ -409,6 +505,24 @@ def decision_markdown(report: dict[str, Any]) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return (
         f"### {report['model_name']} v{report['version']}: {verdict}\n\n| | |\n|---|---|\n{table}\n"
+    )
+
+
+def _baseline_row(report: dict[str, Any]) -> tuple[str, str]:
+    """The decision table's row of the check against the best baseline."""
+    baseline = report.get("best_baseline")
+    if not baseline:
+        return ("candidate − best baseline", "not checked")
+    if baseline["refuses"]:
+        effect = "below 0: refuses promotion"
+    elif baseline["high"] < 0:
+        effect = "below 0 (register.gate_best_baseline is off)"
+    else:
+        effect = "not below 0"
+    return (
+        f"candidate − best baseline ({baseline['name']} {_number(baseline['value'])}), "
+        f"paired {report['confidence']:.0%} interval",
+        f"[{_number(baseline['low'], True)}, {_number(baseline['high'], True)}]: {effect}",
     )
 
 

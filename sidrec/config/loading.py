@@ -1,5 +1,5 @@
-"""Reading ``params.yaml``: ``--set`` overrides, the chosen preset, readable validation errors,
-and the resolved configuration each run saves."""
+"""Reading ``params.yaml``: ``--set`` overrides, the chosen dataset profile and preset, readable
+validation errors, and the resolved configuration each run saves."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sidrec.config.data import SOURCES, IngestConfig, chosen_profile, source_dataset
 from sidrec.config.settings import Settings
 from sidrec.errors import ConfigError
 
 DEFAULT_PARAMS = Path("params.yaml")
+DEFAULT_SOURCE = IngestConfig.model_fields["source"].default
 
 
 def literal_override(key: str, value: object) -> str:
@@ -75,25 +77,55 @@ def load_settings(path: Path | str = DEFAULT_PARAMS, overrides: Iterable[str] = 
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
     overrides = list(overrides)
     origin = f"{path} with --set overrides" if overrides else str(path)
-    return settings_from_dict(with_preset(raw, overrides), origin=origin)
+    return settings_from_dict(with_layers(raw, overrides), origin=origin)
 
 
-def with_preset(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``raw`` with the chosen preset's keys over the sections and the overrides over both.
+def with_layers(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``raw`` with the overrides, then the dataset profile's keys, the preset's keys over those
+    and the overrides again over both (so ``--set`` wins).
 
-    The preset is the one ``project.preset`` names after the overrides (``--set
-    project.preset=quality`` chooses one); its keys come from ``presets.<name>``."""
-    data = apply_overrides(raw, overrides)
-    project = data.get("project")
-    name = project.get("preset", "default") if isinstance(project, dict) else "default"
-    presets = data.get("presets") or {}
-    if not isinstance(name, str) or not isinstance(presets, dict) or name not in presets:
-        return data  # the settings model reports a bad project section or an unknown name
-    keys = presets[name]
-    if not isinstance(keys, dict):
-        raise ConfigError(f"presets.{name}: expected a mapping of section.key: value")
-    layer = [(str(key).split("."), value) for key, value in keys.items()]
-    return apply_overrides(set_keys(data, layer), overrides)
+    The profile and the preset are the ones ``project.profile`` and ``project.preset`` name
+    after the overrides (``--set project.preset=quality`` chooses one); their keys come from
+    ``profiles.<name>`` and ``presets.<name>``."""
+    data = _default_dataset(raw, apply_overrides(raw, overrides), overrides)
+    source = _get(data, "ingest", "source", DEFAULT_SOURCE)
+    profile = _get(data, "project", "profile", "auto")
+    chosen = [
+        ("profiles", chosen_profile(profile, source) if isinstance(profile, str) else None),
+        ("presets", _get(data, "project", "preset", "default")),
+    ]
+    keys: list[tuple[list[str], Any]] = []
+    for kind, name in chosen:
+        defined = data.get(kind) or {}
+        if not isinstance(name, str) or not isinstance(defined, dict) or name not in defined:
+            continue  # the settings model reports a bad project section or an unknown name
+        if not isinstance(defined[name], dict):
+            raise ConfigError(f"{kind}.{name}: expected a mapping of section.key: value")
+        keys += [(str(key).split("."), value) for key, value in defined[name].items()]
+    return apply_overrides(set_keys(data, keys), overrides) if keys else data
+
+
+def _default_dataset(
+    raw: Mapping[str, Any], data: dict[str, Any], overrides: list[str]
+) -> dict[str, Any]:
+    """``data`` with ``project.dataset`` the source's (:func:`source_dataset`) where the
+    overrides change ``ingest.source`` and name no dataset."""
+    source = _get(data, "ingest", "source", DEFAULT_SOURCE)
+    named = {tuple(parse_override(text)[0][:2]) for text in overrides}
+    if (
+        source not in SOURCES  # the settings model reports it
+        or source == _get(raw, "ingest", "source", DEFAULT_SOURCE)
+        or {("project",), ("project", "dataset")} & named
+    ):
+        return data
+    return set_keys(data, [(["project", "dataset"], source_dataset(source))])
+
+
+def _get(data: Mapping[str, Any], section: str, key: str, default: Any) -> Any:
+    """``data[section][key]``, or ``default`` where the section or the key is absent (a
+    malformed section is the settings model's to report)."""
+    node = data.get(section)
+    return node.get(key, default) if isinstance(node, dict) else default
 
 
 def settings_from_dict(data: Mapping[str, Any], origin: str = "params") -> Settings:
@@ -136,13 +168,17 @@ def format_validation_error(exc: ValidationError, origin: str) -> str:
 
 def dump_settings(settings: Settings, path: Path) -> None:
     """The resolved configuration as a file ``load_settings`` reads back as ``settings``: the
-    chosen preset's keys hold the values the sections have (an override may have changed one),
-    so applying the preset again changes nothing."""
+    chosen profile's and preset's keys hold the values the sections have (an override may have
+    changed one), so applying them again changes nothing."""
     from sidrec.io import atomic_write_text
 
     data = settings.to_yaml_dict()
-    if (name := settings.project.preset) in settings.presets:
-        data["presets"][name] = {key: settings.section(key) for key in settings.presets[name]}
+    for kind, layers, name in (
+        ("profiles", settings.profiles, settings.profile),
+        ("presets", settings.presets, settings.project.preset),
+    ):
+        if name in layers:
+            data[kind][name] = {key: settings.section(key) for key in layers[name]}
     atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 

@@ -66,6 +66,13 @@ class RegisterConfig(_Section):
     champion) exceeds this."""
     confidence: float = Field(0.95, gt=0.5, lt=1)
     """Confidence of that paired bootstrap interval (two-sided)."""
+    gate_best_baseline: bool = True
+    """Refuse to promote a candidate that trails the best baseline: evaluate's
+    ``best_baseline`` (popularity, SASRec, EASE or the blend with the best NDCG@10 on the gate
+    half), compared user by user on the gate users on ``gate_metric``, refuses the candidate
+    when the paired interval of (candidate − best baseline) at ``confidence`` lies entirely
+    below 0, even with no champion yet; the version is still registered (alias
+    ``challenger``) and the report says why. false: the champion comparison alone decides."""
     top_k: int = Field(10, ge=1)
     """Items the served model returns per history unless the request asks otherwise. The
     served model decodes with ``evaluate.num_beams`` and excludes the history under

@@ -9,21 +9,27 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from sidrec.config.base import _Section
 from sidrec.config.data import (
+    BUILT_IN_SOURCES,
     EmbedConfig,
     IngestConfig,
     ProjectConfig,
     SidsConfig,
     SplitConfig,
     ValidateConfig,
+    chosen_profile,
+    source_dataset,
 )
 from sidrec.config.release import EvaluateConfig, OrchestrationConfig, RegisterConfig
-from sidrec.config.training import GrpoConfig, ModelConfig, SasrecConfig, SftConfig
+from sidrec.config.training import EaseConfig, GrpoConfig, ModelConfig, SasrecConfig, SftConfig
 from sidrec.paths import DatasetPaths
 
 PRESET_SECTIONS = ("model", "sft", "grpo")
 """What a preset may change: the generative model and its training. The data, the SIDs and the
 SASRec baseline are the same under every preset, so presets compare on one split against
 one baseline."""
+PROFILE_SECTIONS = ("split", "sasrec", "sids", *PRESET_SECTIONS)
+"""What a dataset profile may change: the split's protocol, the baseline and the SIDs for that
+data, and the generative model's sizes."""
 
 
 class Settings(_Section):
@@ -36,6 +42,7 @@ class Settings(_Section):
     embed: EmbedConfig = EmbedConfig()
     sids: SidsConfig = SidsConfig()
     sasrec: SasrecConfig = SasrecConfig()
+    ease: EaseConfig = EaseConfig()
     model: ModelConfig = ModelConfig()
     sft: SftConfig = SftConfig()
     grpo: GrpoConfig = GrpoConfig()
@@ -52,6 +59,15 @@ class Settings(_Section):
     and 600 GRPO steps (docs/benchmarks.md, experiment index:
     "``quality`` preset re-sized")."""
 
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """``{name: {"section.key": value}}``: dataset profiles, the keys ``project.profile``
+    applies before the preset, keys of ``split``, ``sasrec``, ``sids``, ``model``, ``sft`` and
+    ``grpo`` only (:data:`PROFILE_SECTIONS`). ``params.yaml`` defines one
+    per built-in source but movielens-100k, each the protocol of the published tables on that
+    data: ``movielens-1m``, leave-one-out over histories of up to 200 items, SASRec reading all
+    of them (SASRec, HSTU); ``amazon-beauty``, histories of up to 20 items (TIGER). The other
+    sections keep ml-100k's values until a measured reason changes one."""
+
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
     )
@@ -59,37 +75,35 @@ class Settings(_Section):
     @field_validator("presets")
     @classmethod
     def _preset_keys(cls, presets: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for name, keys in presets.items():
-            if name == "default":
-                raise ValueError("'default' is the sections as written; name presets otherwise")
-            whole = [k for k, v in keys.items() if "." not in k or isinstance(v, dict)]
-            if whole:  # it would replace the section, every key it leaves out at its default
-                raise ValueError(
-                    f"{name}: {', '.join(whole)}: a preset key names one setting as "
-                    "section.key: value, not a section (to change a preset's key for one run, "
-                    "--set that section.key: --set wins over the preset)"
-                )
-            outside = [k for k in keys if k.split(".")[0] not in PRESET_SECTIONS]
-            if outside:
-                raise ValueError(
-                    f"{name}: {', '.join(outside)}: a preset may set keys of "
-                    f"{', '.join(PRESET_SECTIONS)} only (baselines and data stay as they are)"
-                )
-        return presets
+        if "default" in presets:
+            raise ValueError("'default' is the sections as written; name presets otherwise")
+        return _layer_keys(
+            presets, "preset", PRESET_SECTIONS, "baselines and data stay as they are"
+        )
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_keys(cls, profiles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        if reserved := {"auto", "none"} & set(profiles):
+            raise ValueError(f"{', '.join(sorted(reserved))}: reserved by project.profile")
+        return _layer_keys(profiles, "profile", PROFILE_SECTIONS, "the rest is the same data's")
 
     @model_validator(mode="after")
     def _cross_section(self) -> Settings:
         if self.project.preset != "default" and self.project.preset not in self.presets:
             defined = ", ".join(["default", *self.presets])
             raise ValueError(f"project.preset: unknown preset {self.project.preset!r} ({defined})")
+        self._check_profile()
+        self._check_dataset_name()
         sections = self.to_yaml_dict()
-        for name, keys in self.presets.items():  # a typo shows now, not when the preset is chosen
-            unknown = [key for key in keys if not _has_key(sections, key)]
-            if unknown:
-                raise ValueError(
-                    f"presets.{name}: unknown key(s) {', '.join(unknown)} "
-                    "(check the spelling against params.yaml)"
-                )
+        for kind, layers in (("presets", self.presets), ("profiles", self.profiles)):
+            for name, keys in layers.items():  # a typo shows now, not when it is chosen
+                unknown = [key for key in keys if not _has_key(sections, key)]
+                if unknown:
+                    raise ValueError(
+                        f"{kind}.{name}: unknown key(s) {', '.join(unknown)} "
+                        "(check the spelling against params.yaml)"
+                    )
         gate_k = int(self.register_.gate_metric.rsplit("@", 1)[1])
         if self.register_.enabled and gate_k not in self.evaluate.ks:
             raise ValueError(
@@ -104,6 +118,32 @@ class Settings(_Section):
         self._check_anchor()
         return self
 
+    def _check_profile(self) -> None:
+        """The profile ``project.profile`` chooses is defined."""
+        name, source = self.profile, self.ingest.source
+        if name is not None and name not in self.profiles:
+            defined = ", ".join(["auto", "none", *self.profiles])
+            if self.project.profile == "auto":
+                raise ValueError(
+                    f"project.profile: auto applies source {source}'s own profile, but "
+                    f"profiles defines no {name!r} (defined: {', '.join(self.profiles) or 'none'}"
+                    "); copy it from the repository's params.yaml, or set project.profile: none"
+                )
+            raise ValueError(f"project.profile: unknown profile {name!r} ({defined})")
+
+    def _check_dataset_name(self) -> None:
+        """A built-in source never writes into another built-in source's folders (as
+        ``dvc exp run -S ingest.source=...`` alone would)."""
+        source = self.ingest.source
+        others = {source_dataset(s): s for s in BUILT_IN_SOURCES if s != source}
+        if source in BUILT_IN_SOURCES and self.project.dataset in others:
+            raise ValueError(
+                f"project.dataset {self.project.dataset!r} is the folder of source "
+                f"{others[self.project.dataset]}, but ingest.source is {source}; set "
+                f"project.dataset (e.g. {source_dataset(source)}: --source without --dataset "
+                "sets it)"
+            )
+
     def _check_anchor(self) -> None:
         """GRPO's anchor replays SFT's sequence windows: refused now, not after SFT has
         trained, where SFT trains none."""
@@ -116,6 +156,11 @@ class Settings(_Section):
                 f"{self.sft.objective!r}: the anchor replays SFT's sequence windows; set "
                 "grpo.sft_anchor: 0 (or sft.objective: sequence)"
             )
+
+    @property
+    def profile(self) -> str | None:
+        """The dataset profile in force (``project.profile`` resolved), or None."""
+        return chosen_profile(self.project.profile, self.ingest.source)
 
     @property
     def paths(self) -> DatasetPaths:
@@ -135,6 +180,27 @@ class Settings(_Section):
         for part in dotted.split("."):
             value = value[part]
         return value
+
+
+def _layer_keys(
+    layers: dict[str, dict[str, Any]], kind: str, allowed: tuple[str, ...], why: str
+) -> dict[str, dict[str, Any]]:
+    """Each preset or profile sets single keys (``section.key: value``) of ``allowed``."""
+    for name, keys in layers.items():
+        whole = [k for k, v in keys.items() if "." not in k or isinstance(v, dict)]
+        if whole:  # it would replace the section, every key it leaves out at its default
+            raise ValueError(
+                f"{name}: {', '.join(whole)}: a {kind} key names one setting as "
+                f"section.key: value, not a section (to change a {kind}'s key for one run, "
+                f"--set that section.key: --set wins over the {kind})"
+            )
+        outside = [k for k in keys if k.split(".")[0] not in allowed]
+        if outside:
+            raise ValueError(
+                f"{name}: {', '.join(outside)}: a {kind} may set keys of "
+                f"{', '.join(allowed)} only ({why})"
+            )
+    return layers
 
 
 def _has_key(sections: Mapping[str, Any], dotted: str) -> bool:

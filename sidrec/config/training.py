@@ -45,6 +45,42 @@ class SasrecConfig(_Section):
         return value
 
 
+class EaseConfig(_Section):
+    """Stage 5b: EASE (Steck 2019), the closed-form item-to-item model, and its blend with
+    SASRec (``models/baselines/ease.py``), two baselines the ``baselines`` stage chooses on the
+    validation selection half and evaluate reports beside SASRec. Catalogs up to 30,000 items
+    (a dense items × items inverse); past that both rows are left out, with the reason in
+    ``metrics/eval.json``. GRPO's ``ease`` reward and SFT's teacher (``sft.distill_ease``)
+    fit their own EASE with ``grpo.ease_l2`` and ``grpo.ease_recency``."""
+
+    l2_grid: list[float] = Field([100.0, 300.0, 1000.0, 3000.0], min_length=1)
+    """EASE's L2 penalties λ (the closed form inverts XᵀX + λI) tried; the one with the best
+    NDCG@10 on the validation selection half is kept (ties: the earlier value). Each value is
+    one dense inverse of the catalog (seconds for 1,682 items, minutes for 10^4)."""
+    recency: float = Field(0.9, gt=0, le=1)
+    """The weight of a history item one step older than the next (the newest is 1); 1 reads
+    the history as a set (plain EASE)."""
+    blend_alphas: list[float] = Field([0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0], min_length=1)
+    """Weights α of EASE in the blend (SASRec's and EASE's scores each standardized per row,
+    ``sasrec + α · ease``, as ``sft.distill_ease`` blends them) tried on the selection half,
+    with EASE at its chosen L2; the best NDCG@10 is kept (ties: the earlier value). 0 is
+    SASRec's ranking."""
+
+    @field_validator("l2_grid")
+    @classmethod
+    def _positive(cls, values: list[float]) -> list[float]:
+        if any(v <= 0 for v in values):
+            raise ValueError(f"every L2 must be > 0, got {values}")
+        return values
+
+    @field_validator("blend_alphas")
+    @classmethod
+    def _non_negative(cls, values: list[float]) -> list[float]:
+        if any(v < 0 for v in values):
+            raise ValueError(f"every α must be >= 0, got {values}")
+        return values
+
+
 class TinyModelConfig(_Section):
     """The ``tiny`` preset: a Qwen2 decoder built from config + a BPE tokenizer trained on the catalog."""
 

@@ -10,10 +10,14 @@ from sidrec.sources.common import SourceTables
 
 def read_source(cfg: IngestConfig) -> SourceTables:
     """Dispatch on ``ingest.source``. Raises :class:`~sidrec.errors.InputError` on unreadable input."""
-    if cfg.source == "movielens-100k":
-        from sidrec.sources.movielens import read_movielens_100k
+    if cfg.source in ("movielens-100k", "movielens-1m"):
+        from sidrec.sources.movielens import read_movielens
 
-        return read_movielens_100k(min_rating=cfg.min_rating)
+        return read_movielens(cfg.source, min_rating=cfg.min_rating)
+    if cfg.source == "amazon-beauty":
+        from sidrec.sources.amazon_beauty import read_amazon_beauty
+
+        return read_amazon_beauty(cfg.amazon_beauty_folder(), min_rating=cfg.min_rating)
     if cfg.source == "csv":
         from sidrec.sources.tabular import read_tabular
 
@@ -31,10 +35,14 @@ def read_source(cfg: IngestConfig) -> SourceTables:
 
 def source_files(cfg: IngestConfig) -> list[Path]:
     """The files a source reads, without reading them (for cache keys and provenance)."""
-    if cfg.source == "movielens-100k":
-        from sidrec.sources.movielens import movielens_100k_files
+    if cfg.source in ("movielens-100k", "movielens-1m"):
+        from sidrec.sources.movielens import movielens_files
 
-        return movielens_100k_files()
+        return movielens_files(cfg.source)
+    if cfg.source == "amazon-beauty":
+        from sidrec.sources.amazon_beauty import amazon_beauty_files
+
+        return amazon_beauty_files(cfg.amazon_beauty_folder())
     if cfg.source == "csv":
         return [p for p in (cfg.interactions, cfg.items) if p is not None]
     if cfg.source == "amazon":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sidrec.errors import InputError
+from sidrec.io import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,23 @@ class SourceTables:
     """The files each table came from ("interactions", "items"), for provenance and messages."""
     notes: dict[str, int] = field(default_factory=dict)
     """Counts of rows dropped or repaired on the way (reported, never silent)."""
+
+
+def verify_sha256(expected: Mapping[Path, str], origin: str, fix: str) -> None:
+    """Refuse a built-in source whose files are missing or differ from the ones its published
+    numbers were measured on: an InputError naming the file, the expected SHA-256, ``origin``
+    (where the file should come from) and ``fix``."""
+    for path, sha256 in expected.items():
+        if not path.is_file():
+            raise InputError(
+                f"missing; expected the file of {origin} (sha256 {sha256}); {fix}", path=path
+            )
+        found = file_sha256(path)
+        if found != sha256:
+            raise InputError(
+                f"sha256 is {found}, expected {sha256}: not the file of {origin}; {fix}",
+                path=path,
+            )
 
 
 def read_frame(path: Path, what: str) -> pd.DataFrame:

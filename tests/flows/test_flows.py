@@ -177,9 +177,10 @@ def test_train_flow_until_baselines_trains_sasrec_once(
     )
     train_recommender(patient, until="baselines")
     after = files_under("artifacts")
-    assert {p for p in after if after[p] != before[p]} == {
-        str(settings.paths.sasrec_model / name) for name in ("model.pt", "config.json")
-    }
+    sasrec = {str(settings.paths.sasrec_model / name) for name in ("model.pt", "config.json")}
+    # the blend's weight is chosen with the new SASRec, so EASE's choice may change too
+    changed = {p for p in after if after[p] != before[p]}
+    assert sasrec <= changed <= {*sasrec, str(settings.paths.ease_choice)}
     runs = mlflow.search_runs(experiment_names=["sidrec-flowbase"], output_format="list")
     logged = [r for r in runs if r.data.tags["sidrec.stage"] == "baselines"]
     assert len(logged) == 2 and "valid_selection.ndcg_at_10" in logged[0].data.metrics

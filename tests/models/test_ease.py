@@ -88,3 +88,26 @@ def test_ease_names_an_unknown_item(split_rows):
     bad = pd.DataFrame({"user_id": ["u"], "history": [["zz"]], "target": ["i0"], "timestamp": [1]})
     with pytest.raises(ValueError, match="not in the catalog"):
         EASE(item_ids=ITEMS).fit(bad)
+
+
+def test_gram_then_fit_equals_the_dense_closed_form(split_rows):
+    """``fit`` = ``fit_gram(gram)``: the closed form on the dense 0/1 matrix, computed in numpy
+    (a user who takes an item twice counts it once); ``gram`` is left unchanged for the next L2."""
+    from models.baselines import encode_histories, train_sequences
+
+    sequences = {**_sequences(), "again": ["i5", "i6", "i5", "i6", "i5"]}
+    train = split_rows(sequences, 10)["train"]
+    model = EASE(item_ids=ITEMS, l2=3.0)
+    gram = model.gram(train)
+    x = np.zeros((len(sequences), len(ITEMS)))
+    for row, items in enumerate(encode_histories(train_sequences(train), model.index)):
+        x[row, items] = 1.0
+    np.testing.assert_array_equal(gram, x.T @ x)
+    inverse = np.linalg.inv(x.T @ x + 3.0 * np.eye(len(ITEMS)))
+    expected = -inverse / np.diag(inverse)
+    np.fill_diagonal(expected, 0.0)
+    np.testing.assert_array_equal(model.fit_gram(gram).weights, expected.astype(np.float32))
+    np.testing.assert_array_equal(gram, x.T @ x)
+    np.testing.assert_array_equal(EASE(item_ids=ITEMS, l2=3.0).fit(train).weights, model.weights)
+    with pytest.raises(ValueError, match=r"gram must be 20 × 20"):
+        model.fit_gram(gram[:3, :3])

@@ -14,8 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 def test_repo_params_yaml_is_valid_and_matches_defaults():
     settings = load_settings(REPO / "params.yaml")
     # params.yaml holds every key, with the model's defaults; the presets it alone defines
-    assert settings.model_copy(update={"presets": {}}) == Settings()
+    assert settings.model_copy(update={"presets": {}, "profiles": {}}) == Settings()
     assert set(settings.presets) == {"quality"}
+    assert set(settings.profiles) == {"movielens-1m", "amazon-beauty"}
     assert settings.paths.raw("items") == Path("data/raw/ml-100k/items.parquet")
 
 
@@ -253,3 +254,143 @@ def test_name_or_path_goes_with_the_hf_preset(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(REPO / "params.yaml", overrides)
     assert load_settings(REPO / "params.yaml", ["model.preset=hf", "model.name_or_path=x"])
+
+
+def test_a_built_in_source_comes_with_its_profile_and_its_dataset_name():
+    default = load_settings(REPO / "params.yaml")
+    assert (default.profile, default.project.dataset) == (None, "ml-100k")
+    # movielens-100k has no profile: the sections as written, whatever the source flag says
+    again = load_settings(REPO / "params.yaml", ["ingest.source=movielens-100k"])
+    assert again == default
+    ml1m = load_settings(REPO / "params.yaml", ["ingest.source=movielens-1m"])
+    assert (ml1m.profile, ml1m.project.dataset) == ("movielens-1m", "movielens-1m")
+    assert (ml1m.split.max_history, ml1m.sasrec.max_len) == (200, 200)
+    beauty = load_settings(REPO / "params.yaml", ["ingest.source=amazon-beauty"])
+    assert (beauty.profile, beauty.project.dataset) == ("amazon-beauty", "amazon-beauty")
+    assert (beauty.split.max_history, beauty.sasrec.max_len) == (20, 20)
+    # every other key is ml-100k's
+    for section in ("validate", "embed", "sids", "model", "sft", "grpo", "evaluate"):
+        assert ml1m.section(section) == beauty.section(section) == default.section(section)
+    off = load_settings(
+        REPO / "params.yaml", ["ingest.source=movielens-1m", "project.profile=none"]
+    )
+    assert (off.profile, off.split.max_history, off.sasrec.max_len) == (None, 20, None)
+
+
+CSV = ["ingest.source=csv", "ingest.interactions=i.csv", "ingest.items=t.csv"]
+
+
+def test_a_profile_applies_by_name_to_any_source():
+    plain = load_settings(REPO / "params.yaml", CSV)
+    assert (plain.profile, plain.sasrec.max_len) == (None, None)
+    beauty = load_settings(REPO / "params.yaml", [*CSV, "project.profile=amazon-beauty"])
+    assert (beauty.profile, beauty.sasrec.max_len) == ("amazon-beauty", 20)
+    ml1m = load_settings(REPO / "params.yaml", [*CSV, "project.profile=movielens-1m"])
+    assert (ml1m.split.max_history, ml1m.project.dataset) == (200, "csv")
+
+
+def test_profile_then_preset_then_set():
+    # the quality preset sets sft.epochs to 10
+    profile = [
+        "ingest.source=movielens-1m",
+        "profiles.movielens-1m={split.max_history: 200, sft.epochs: 3}",
+    ]
+    assert load_settings(REPO / "params.yaml", profile).sft.epochs == 3
+    quality = load_settings(REPO / "params.yaml", [*profile, "project.preset=quality"])
+    assert (quality.sft.epochs, quality.split.max_history) == (10, 200)
+    assert quality.model.tiny.hidden_size == 256
+    won = [*profile, "project.preset=quality", "sft.epochs=5", "split.max_history=50"]
+    overridden = load_settings(REPO / "params.yaml", won)
+    assert (overridden.sft.epochs, overridden.split.max_history) == (5, 50)
+
+
+def test_bad_profiles_are_config_errors():
+    with pytest.raises(ConfigError, match=r"unknown profile 'tiny' \(auto, none, "):
+        load_settings(REPO / "params.yaml", ["project.profile=tiny"])
+    with pytest.raises(ConfigError, match="a profile may set keys of split, sasrec, sids, model"):
+        load_settings(REPO / "params.yaml", ["profiles.x={evaluate.ks: [10]}"])
+    with pytest.raises(ConfigError, match=r"profiles.x: unknown key\(s\) split.max_histroy"):
+        load_settings(REPO / "params.yaml", ["profiles.x={split.max_histroy: 3}"])
+    with pytest.raises(ConfigError, match="auto: reserved by project.profile"):
+        load_settings(REPO / "params.yaml", ["profiles.auto={split.max_history: 3}"])
+    with pytest.raises(ConfigError, match="a profile key names one setting as section.key"):
+        load_settings(REPO / "params.yaml", ["profiles.x={split: {max_history: 3}}"])
+
+
+def test_a_built_in_source_without_its_profile_is_refused(tmp_path):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    del params["profiles"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match=r"auto applies source amazon-beauty's own profile, "):
+        load_settings(tmp_path / "params.yaml", ["ingest.source=amazon-beauty"])
+    off = ["ingest.source=amazon-beauty", "project.profile=none"]
+    assert load_settings(tmp_path / "params.yaml", off).profile is None
+
+
+def test_an_unknown_profile_exits_1_through_the_cli(project):
+    from typer.testing import CliRunner
+
+    from sidrec.cli import app
+
+    result = CliRunner().invoke(app, ["ingest", "--set", "project.profile=tiny"])
+    assert result.exit_code == 1, result.output
+    assert "unknown profile 'tiny' (auto, none, " in result.output
+    assert not (project / "data").exists()
+
+
+def test_the_dataset_defaults_to_the_sources_name(tmp_path):
+    from sidrec.cli import Options
+
+    def dataset(source: str | None, name: str | None = None, config: Path = REPO / "params.yaml"):
+        files = {"interactions": Path("i.csv"), "items": Path("t.csv"), "path": None}
+        opts = Options(config=config, set_=None, source=source, dataset=name, debug=False, **files)
+        return opts.settings().project.dataset
+
+    assert dataset(None) == dataset("movielens-100k") == "ml-100k"
+    assert dataset("movielens-1m") == "movielens-1m"
+    assert dataset("amazon-beauty") == "amazon-beauty"
+    assert dataset("csv") == "csv"  # not ml-100k's folder
+    assert dataset("movielens-1m", "ml1m-200") == "ml1m-200"
+    # a source params.yaml names keeps params.yaml's dataset
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["project"]["dataset"] = "shop"
+    params["ingest"] |= {"source": "csv", "interactions": "i.csv", "items": "t.csv"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert dataset("csv", config=tmp_path / "params.yaml") == "shop"
+    assert dataset("movielens-1m", config=tmp_path / "params.yaml") == "movielens-1m"
+
+
+def test_a_built_in_source_never_writes_into_another_ones_dataset(tmp_path):
+    with pytest.raises(ConfigError, match=r"project.dataset 'ml-100k' is the folder of source "):
+        load_settings(
+            REPO / "params.yaml", ["ingest.source=movielens-1m", "project.dataset=ml-100k"]
+        )
+    # as `dvc exp run -S ingest.source=amazon-beauty` leaves params.yaml
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["ingest"]["source"] = "amazon-beauty"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match="ingest.source is amazon-beauty; set project.dataset"):
+        load_settings(tmp_path / "params.yaml")
+    assert load_settings(REPO / "params.yaml", [*CSV, "project.dataset=ml-100k"])  # csv: free
+
+
+def test_a_resolved_config_with_a_profile_round_trips(tmp_path):
+    from sidrec.config import dump_settings
+
+    chosen = ["ingest.source=movielens-1m", "project.preset=quality", "split.max_history=50"]
+    settings = load_settings(REPO / "params.yaml", chosen)
+    dump_settings(settings, tmp_path / "resolved.yaml")
+    again = load_settings(tmp_path / "resolved.yaml")
+    # the layers in force hold the sections' values (--set changed one), so they apply alike
+    layers = {"profiles": {}, "presets": {}}
+    assert again.model_copy(update=layers) == settings.model_copy(update=layers)
+    assert again.profiles["movielens-1m"] == {"split.max_history": 50, "sasrec.max_len": 200}
+
+
+def test_stages_that_read_a_profiles_keys_declare_the_profile():
+    from sidrec.config import PROFILE_SECTIONS
+    from sidrec.stage import STAGE_PARAMS
+
+    for stage, keys in STAGE_PARAMS.items():
+        reads = any(key.split(".")[0] in PROFILE_SECTIONS for key in keys)
+        assert reads == ({"project.profile", "profiles"} <= set(keys)), stage

@@ -1,4 +1,5 @@
-"""The baselines stage: SASRec trained once, saved atomically, loaded by grpo and evaluate."""
+"""The baselines stage: SASRec trained once, saved atomically, loaded by grpo and evaluate; EASE's
+L2 and the blend's weight chosen on the selection half, or left out past EASE's catalog limit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from models.baselines import encode_targets
+from models.baselines import catalog_index, encode_histories, encode_targets
+from models.baselines.ease import EASE
 from models.baselines.sasrec import load_baseline, recommend, train_sasrec
 from models.metrics import rank_metrics
 from sidrec.errors import InputError
@@ -45,6 +47,7 @@ def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(split_proje
     assert set(result.outputs) == {
         str(paths.sasrec_model / "model.pt"),
         str(paths.sasrec_model / "config.json"),
+        str(paths.ease_choice),
         str(paths.metrics("baselines")),
     }
     valid = read_table(paths.split("valid"), SPLIT, "valid split")
@@ -101,7 +104,8 @@ def test_a_failed_run_keeps_the_previous_model_and_metrics(split_project, monkey
     with pytest.raises(OSError, match="disk full"):
         baselines(split_project)
     assert {p: p.read_bytes() for p in before} == before
-    assert sorted(p.name for p in paths.baselines_dir.iterdir()) == ["sasrec"]  # no staging left
+    # no staging left
+    assert sorted(p.name for p in paths.baselines_dir.iterdir()) == ["ease.json", "sasrec"]
 
 
 MISSING = r"sasrec: no trained SASRec model .*; run `sidrec baselines` to train it"
@@ -150,3 +154,87 @@ def test_grpo_fits_its_ease_reward_on_the_train_split(split_project):
     # item i is followed by i + 1 in this catalog: after i3 the reward ranks i4 above i20
     ranked = rewards[1](["x"] * 2, completion_item=[4, 20], history_index=[[2, 3]] * 2)
     assert ranked == [1.0, 0.0]
+
+
+def _selection_ndcg(scores: np.ndarray, targets: np.ndarray, seen: list[list[int]]) -> float:
+    """Mean NDCG@10 of dense ``scores`` with each row's ``seen`` items removed, in numpy."""
+    scores = scores.astype(np.float64).copy()
+    for row, items in enumerate(seen):
+        scores[row, items] = -np.inf
+    target = scores[np.arange(len(scores)), targets]
+    rank = (scores > target[:, None]).sum(1)  # no ties at the targets on this catalog
+    return float(np.where(rank < 10, 1 / np.log2(rank + 2), 0.0).mean())
+
+
+def test_baselines_choose_ease_l2_and_the_blend_weight_on_the_selection_half(split_project):
+    settings = split_project.model_copy(
+        update={
+            "ease": split_project.ease.model_copy(
+                update={"l2_grid": [1.0, 30.0, 3000.0], "blend_alphas": [0.0, 0.5, 4.0]}
+            )
+        }
+    )
+    paths = settings.paths
+    m = baselines(settings).metrics
+    choice = json.loads(paths.ease_choice.read_text())
+    train = read_table(paths.split("train"), SPLIT, "train split")
+    selection = validation_half(read_table(paths.split("valid"), SPLIT, "valid"), "selection")
+    index = catalog_index(ITEM_IDS)
+    histories = encode_histories(list(selection["history"]), index)
+    targets = encode_targets(list(selection["target"]), index)
+    seen = encode_histories(seen_items(train, selection), index)
+    # every L2 scored by the closed form and numpy alone; the best one kept
+    expected = {}
+    for l2 in (1.0, 30.0, 3000.0):
+        model = EASE(item_ids=ITEM_IDS, l2=l2, recency=0.9).fit(train)
+        expected[f"{l2:g}"] = _selection_ndcg(
+            model.inputs(histories) @ model.weights, targets, seen
+        )
+    assert m["ease"]["l2_grid"] == pytest.approx(expected, abs=1e-6)
+    best = max(expected, key=expected.__getitem__)
+    assert choice["l2"] == m["ease"]["l2"] == float(best)
+    assert m["ease"]["valid_selection"]["ndcg@10"] == pytest.approx(expected[best], abs=1e-6)
+    assert (choice["recency"], choice["left_out"]) == (0.9, None)
+    # the blend's α: the best of its grid (α 0 is SASRec's own ranking, its checkpoint's score)
+    grid = m["blend"]["alpha_grid"]
+    assert list(grid) == ["0", "0.5", "4"]
+    assert grid["0"] == pytest.approx(m["valid_selection"]["ndcg@10"], abs=1e-6)
+    assert choice["alpha"] == m["blend"]["alpha"] == float(max(grid, key=grid.__getitem__))
+    assert m["blend"]["valid_selection"]["ndcg@10"] == max(grid.values())
+
+
+def test_past_the_catalog_limit_ease_and_the_blend_are_left_out(split_project, monkeypatch):
+    monkeypatch.setattr("models.baselines.ease.MAX_ITEMS", N_ITEMS - 1)
+    result = baselines(split_project)  # SASRec trains; no crash
+    reason = (
+        f"the catalog has {N_ITEMS} items, above EASE's limit of {N_ITEMS - 1} (it inverts a "
+        "dense items × items matrix), so the ease and blend rows are left out"
+    )
+    assert json.loads(split_project.paths.ease_choice.read_text()) == {
+        "l2": None,
+        "recency": None,
+        "alpha": None,
+        "left_out": reason,
+    }
+    assert result.metrics["ease"] == result.metrics["blend"] == {"left_out": reason}
+    assert result.metrics["best_epoch"] >= 1 and "EASE and blend left out" in result.summary
+
+
+def test_the_teachers_still_refuse_ease_past_its_limit(split_project, monkeypatch):
+    """Where a teacher needs EASE, past its limit is a configuration error (the baselines stage
+    leaves its rows out instead)."""
+    from sidrec.errors import ConfigError
+    from tasks.shared.inputs import check_teacher_ease
+
+    monkeypatch.setattr("models.baselines.ease.MAX_ITEMS", N_ITEMS - 1)
+    teacher = split_project.model_copy(
+        update={"sft": split_project.sft.model_copy(update={"distill_ease": 0.5})}
+    )
+    with pytest.raises(ConfigError, match=r"sft.distill_ease is 0.5 but the catalog has 30 items"):
+        check_teacher_ease(teacher, N_ITEMS)
+    with pytest.raises(ConfigError, match=r"grpo.anchor_ease is 0.25 but the catalog"):
+        check_teacher_ease(split_project, N_ITEMS)  # GRPO's anchor blends EASE in
+    no_teacher = split_project.model_copy(
+        update={"sft": split_project.sft.model_copy(update={"distill": 0.0})}
+    )
+    check_teacher_ease(no_teacher, N_ITEMS)

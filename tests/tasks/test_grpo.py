@@ -82,7 +82,7 @@ def test_grpo_trains_keeps_the_best_model_and_evaluate_reports_it(grpo_trained):
 
     report = evaluate(settings).metrics
     for split_name in ("valid", "test"):
-        assert set(report[split_name]) == {"popularity", "sasrec", "sft", "grpo"}
+        assert set(report[split_name]) == {"popularity", "sasrec", "ease", "blend", "sft", "grpo"}
         assert report[split_name]["grpo"]["invalid_rate"] == 0.0
 
 

@@ -148,6 +148,24 @@ def test_worse_or_within_noise_is_not_promoted(client: mlflow.MlflowClient) -> N
     assert tags[TAG_DECISION] == "rejected" and float(tags[TAG_CHAMPION_VALUE]) == 0.10
 
 
+def test_a_veto_keeps_a_better_candidate_out(client: mlflow.MlflowClient) -> None:
+    """The register stage's check against the best baseline vetoes a promotion the champion
+    comparison would allow; the reason is recorded, the champion stays."""
+    first = _gate(client, _comparison(0.10, None), veto="below the best baseline")
+    assert (first.promoted, first.reason, first.aliases) == (
+        False,
+        "below the best baseline",
+        (CHALLENGER,),
+    )
+    _gate(client, _comparison(0.10, None))  # v2: champion
+    d = _gate(client, _comparison(0.12, 0.10, low=0.005), veto="below the best baseline")
+    assert not d.promoted and d.reason == "below the best baseline"
+    both = _gate(client, _comparison(0.08, 0.10), veto="below the best baseline")
+    assert not both.promoted and both.reason.endswith("beyond the noise; below the best baseline")
+    assert _aliases(client) == {CHAMPION: "2", CHALLENGER: "4"}
+    assert client.get_model_version(NAME, "3").tags[TAG_DECISION] == "rejected"
+
+
 def test_rejections_in_a_row_count_back_to_the_last_promotion(
     client: mlflow.MlflowClient,
 ) -> None:
@@ -513,3 +531,116 @@ def test_the_gate_ranks_an_unknown_history_by_popularity_as_serving_does(
     scores, dropped, unknown = rescore(tiny, files, gate, [[], [order[0]]])
     # the most popular item first; for b, after its seen item is excluded, the second
     assert scores.tolist() == [1.0, 1.0] and (dropped, unknown) == (3, 0)
+
+
+# --- the check against evaluate's best baseline (register.gate_best_baseline) ---------------
+
+
+def _set_gate_scores(settings, model: str, values: Any) -> None:
+    """Rewrite evaluate's per-user gate-half ``ndcg@10`` of ``model`` (a number or, per user,
+    the scores of another model's name)."""
+    import pandas as pd
+
+    path = settings.paths.eval_users
+    users = pd.read_parquet(path)
+    rows = (users["split"] == "valid") & (users["model"] == model)
+    if isinstance(values, str):
+        source = (users["split"] == "valid") & (users["model"] == values)
+        values = users.loc[source, "ndcg@10"].to_numpy()
+    users.loc[rows, "ndcg@10"] = values
+    users.to_parquet(path)
+
+
+def _without_baseline_check(settings):
+    return settings.model_copy(
+        update={"register_": settings.register_.model_copy(update={"gate_best_baseline": False})}
+    )
+
+
+def test_a_candidate_below_the_best_baseline_is_registered_but_not_promoted(tiny) -> None:
+    assert tiny.register_.gate_best_baseline  # on by default
+    baseline = json.loads(tiny.paths.metrics("eval").read_text())["best_baseline"]
+    _set_gate_scores(tiny, baseline, 1.0)
+    _set_gate_scores(tiny, "sft", 0.0)
+    m = register(tiny).metrics
+    # no champion yet, so the champion comparison alone would promote it
+    assert (m["version"], m["promoted"], m["champion_version"]) == ("1", False, None)
+    assert m["gate_best_baseline"] is True
+    assert m["best_baseline"] == {
+        "name": baseline,
+        "value": 1.0,
+        "low": -1.0,
+        "high": -1.0,
+        "refuses": True,
+    }
+    assert m["reason"] == (
+        f"valid.ndcg@10 trails the best baseline {baseline} (1): paired 95% interval of "
+        f"candidate − {baseline} [-1, -1] over 5 gate users lies below 0 "
+        "(register.gate_best_baseline)"
+    )
+    assert _aliases(mlflow.MlflowClient()) == {CHALLENGER: "1"}  # no champion
+    tags = mlflow.MlflowClient().get_model_version(NAME, "1").tags
+    assert tags[TAG_DECISION] == "rejected" and tags["sidrec.best_baseline"] == baseline
+    assert float(tags["sidrec.best_baseline_diff_high"]) == -1.0
+    assert f"not promoted (below the best baseline {baseline})" in summary_line(m)
+    assert "[-1.0000, -1.0000]: below 0: refuses promotion |" in decision_markdown(m)
+    assert json.loads(tiny.paths.metrics("register").read_text()) == json.loads(json.dumps(m))
+
+    # the setting off: the same candidate is promoted, the interval still reported
+    off = register(_without_baseline_check(tiny)).metrics
+    assert (off["version"], off["promoted"], off["reason"]) == ("2", True, "no champion yet")
+    assert off["best_baseline"]["refuses"] is False and off["best_baseline"]["high"] == -1.0
+    assert "(register.gate_best_baseline is off)" in decision_markdown(off)
+    assert _aliases(mlflow.MlflowClient()) == {CHAMPION: "2", CHALLENGER: "2"}
+
+
+def test_below_the_best_baseline_the_champion_stays_even_where_the_candidate_beats_it(
+    tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    baseline = json.loads(tiny.paths.metrics("eval").read_text())["best_baseline"]
+    _set_gate_scores(tiny, "sft", baseline)  # level with the baseline: not below it
+    first = register(tiny).metrics
+    assert first["promoted"] and (
+        first["best_baseline"]["low"],
+        first["best_baseline"]["high"],
+    ) == (
+        0.0,
+        0.0,
+    )
+    assert first["best_baseline"]["refuses"] is False
+
+    # the candidate now beats the (re-scored) champion beyond the noise, but trails the baseline
+    _set_gate_scores(tiny, baseline, 1.0)
+    _set_gate_scores(tiny, "sft", 0.5)
+    monkeypatch.setattr(
+        "tasks.register.rescore", lambda settings, files, gate, seen: (np.zeros(len(gate)), 0, 0)
+    )
+    second = register(tiny).metrics
+    assert not second["promoted"] and second["diff_low"] == 0.5  # beats the champion …
+    assert second["best_baseline"]["refuses"]  # … but not the baseline
+    assert second["reason"].startswith(f"valid.ndcg@10 trails the best baseline {baseline}")
+    assert _aliases(mlflow.MlflowClient()) == {CHAMPION: "1", CHALLENGER: "2"}
+
+
+def test_the_baseline_check_needs_an_evaluation_that_names_the_best_baseline(tiny) -> None:
+    path = tiny.paths.metrics("eval")
+    report = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v for k, v in report.items() if k != "best_baseline"}))
+    with pytest.raises(InputError, match="names no best baseline .*re-run `sidrec evaluate`"):
+        register(tiny)
+    assert not _registered(NAME)
+    m = register(_without_baseline_check(tiny)).metrics
+    assert m["promoted"] and m["best_baseline"] is None
+    assert "| candidate − best baseline | not checked |" in decision_markdown(m)
+
+
+def test_the_baseline_check_refuses_scores_of_other_baselines(tiny) -> None:
+    """Baselines re-chosen after evaluate ran: their scores in the evaluation are stale."""
+    choice = json.loads(tiny.paths.ease_choice.read_text())
+    tiny.paths.ease_choice.write_text(json.dumps({**choice, "alpha": 123.0}))
+    with pytest.raises(InputError, match="not computed from today's EASE choice of the baselines"):
+        register(tiny)
+    assert not _registered(NAME)
+    assert register(_without_baseline_check(tiny)).metrics["promoted"]  # not compared then

@@ -9,22 +9,7 @@ import pytest
 
 from sidrec.errors import InputError
 from sidrec.sources.common import parse_timestamps
-from sidrec.sources.movielens import read_movielens_100k
 from sidrec.sources.tabular import read_tabular
-
-
-def test_movielens_100k_from_recbole_wheel():
-    tables = read_movielens_100k()
-    inter, items = tables.interactions, tables.items
-    assert (inter["user_id"].nunique(), len(items), len(inter)) == (943, 1682, 100_000)
-    toy = items.set_index("item_id").loc["1"]
-    assert (toy["title"], toy["year"], toy["genres"]) == (
-        "Toy Story",
-        "1995",
-        "Animation, Children's, Comedy",
-    )
-    assert inter["timestamp"].between(874_000_000, 894_000_000).all()
-    assert len(read_movielens_100k(min_rating=4).interactions) == 55_375
 
 
 def test_csv_source_normalizes_ids_timestamps_and_text(tmp_path, write_csv_dataset):
