@@ -249,7 +249,7 @@ _stage_command(
 )
 _stage_command(
     "baselines",
-    "Train the SASRec baseline once (artifacts/baselines/<dataset>/sasrec), for grpo and evaluate.",
+    "Train SASRec and choose EASE and the blend once (artifacts/baselines/<dataset>/), for sft, grpo and evaluate.",
 )
 _stage_command(
     "sft", "Fine-tune the language model to generate SIDs (artifacts/sft/<dataset>/model)."
@@ -259,7 +259,7 @@ _stage_command(
     "Refine the SFT model with GRPO over constrained rollouts (artifacts/grpo/<dataset>/model).",
 )
 _stage_command(
-    "evaluate", "HR/NDCG@K over the full catalog: the SFT and GRPO models, popularity and SASRec."
+    "evaluate", "HR/NDCG@K over the full catalog: the SFT and GRPO models and the baselines."
 )
 _stage_command(
     "register",
