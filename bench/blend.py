@@ -78,6 +78,7 @@ def run_scores(
     """Test NDCG@10 per user of SASRec, EASE and their blend in the run of ``settings`` (its
     splits, catalog and SASRec model)."""
     from models.baselines import catalog_index, encode_histories, encode_targets
+    from models.baselines.blend import Rows, choose_alpha, ease_scorer, sasrec_scorer
     from models.baselines.ease import EASE, blend
     from models.baselines.sasrec import _pad_left, load_baseline
     from models.metrics import per_row_metrics, topk_from_scores
@@ -113,9 +114,17 @@ def run_scores(
 
         return torch.from_numpy(logp), torch.from_numpy(ease.scores(encoded)), ndcg
 
-    sas, eas, ndcg = scored("valid", validation_half(splits["valid"], "selection"))
-    # ties: the smaller α
-    alpha = max(alphas, key=lambda a: (ndcg(blend(sas, eas, a)).mean(), -a))
+    # α chosen as the baselines stage chooses it (ties: the smaller α)
+    selection = validation_half(splits["valid"], "selection")
+    seen = exclusions(settings, splits, "valid", selection)
+    rows = Rows(
+        histories=encode_histories([list(h) for h in selection["history"]], index, "histories"),
+        targets=encode_targets(list(selection["target"]), index, "valid targets"),
+        exclude=None if seen is None else encode_histories(seen, index, "exclusions"),
+    )
+    alpha = choose_alpha(
+        sasrec=sasrec_scorer(sasrec), ease=ease_scorer(ease), alphas=sorted(alphas), rows=rows
+    ).value
     test = splits["test"]
     sas, eas, ndcg = scored("test", test)
     frame = pd.DataFrame(
