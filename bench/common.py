@@ -165,12 +165,17 @@ def copy_finished(source: Path, copy: Path, needs: Stage) -> dict[str, Any]:
     return record
 
 
-def settings_digest(folder: Path, overrides: Sequence[str]) -> str:
-    """SHA-256 of a run's resolved settings, with paths inside ``folder`` or the repo written
-    relative to them: a folder that travels inside its repo (prepared on one machine, trained on
-    another) keeps its digest."""
+def settings_digest(
+    folder: Path, overrides: Sequence[str], sections: Sequence[str] | None = None
+) -> str:
+    """SHA-256 of a run's resolved settings (``sections`` of them only, if given), with paths
+    inside ``folder`` or the repo written relative to them: a folder that travels inside its
+    repo (prepared on one machine, trained on another) keeps its digest."""
     folder = folder.resolve()
-    text = json.dumps(folder_settings(folder, overrides).to_yaml_dict(), sort_keys=True)
+    resolved = folder_settings(folder, overrides).to_yaml_dict()
+    if sections is not None:
+        resolved = {k: v for k, v in resolved.items() if k in sections}
+    text = json.dumps(resolved, sort_keys=True)
     text = text.replace(str(folder), "<run>").replace(str(REPO), "<repo>")
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -184,7 +189,8 @@ def ensure_run(
 
     With ``start`` after the first stage, the earlier stages must have finished there with the
     same settings (a run until the stage before ``start``, e.g. on a CPU before training on a
-    GPU): their seconds are kept and their machine is recorded as ``prepared_on``."""
+    GPU): their seconds are kept and their machine is recorded as ``prepared_on``. A finished
+    run with the same settings that stopped before ``until`` goes on from its next stage."""
     folder = folder.resolve()
     digest = settings_digest(folder, overrides)
     path = folder / RUN_RECORD
@@ -192,6 +198,8 @@ def ensure_run(
     same = record is not None and record["settings_sha256"] == digest
     if record is not None and same and STAGES.index(record["until"]) >= STAGES.index(until):
         return record
+    if record is not None and same and start == STAGES[0]:  # go on where the run stopped
+        start = STAGES[STAGES.index(record["until"]) + 1]
     first = STAGES.index(start)
     prepared: dict[str, Any] | None = None
     if first > 0:

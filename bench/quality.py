@@ -1,55 +1,73 @@
-"""Benchmark: test quality over seeds per preset (popularity, SASRec, SFT, GRPO), and SFT's
-validation curve per objective.
+"""Benchmark: test quality over seeds per preset (popularity, SASRec, EASE, the SASRec + EASE
+blend, SFT, GRPO) on one source, beside the published figures of that dataset's protocol.
 
-    python -m bench.quality                                # presets default and quality, seeds 0 1 2
+    python -m bench.quality                                # ml-100k, presets default and quality, seeds 0 1 2
+    python -m bench.quality --source movielens-1m --presets default --seeds 0 1 2 --generative-seeds 0
     python -m bench.quality --presets default --seeds 0    # one preset, one seed
     python -m bench.quality --set sft.epochs=1             # any params.yaml key, for every run
-    python -m bench.quality --skip-run                     # tables, JSON and plot from the runs
+    python -m bench.quality --skip-run                     # tables, JSON and plot from the seed files
     python -m bench.quality --presets quality --until baselines   # prepare the folders (a CPU),
     python -m bench.quality --presets quality --start sft         # then train there (a GPU)
+    python -m bench.quality --objectives sequence rows     # and SFT's validation curve per objective
 
-Each preset and seed runs ingest → evaluate in its own folder, ``<workdir>/<preset>/seed-<s>``
-(``--set project.preset=<preset> --set project.seed=<s>``); a folder whose finished run had the
-same resolved settings is reused, not rerun. ``--until`` stops the runs after a stage (no
-report); ``--start`` runs from a stage in folders prepared that way with the same options, which
-may have travelled inside the repo to another machine (paths inside the repo are recorded
-relative to it). Every run scores the same test users (the split
-does not depend on the seed). Per preset it prints:
+``--source`` picks a built-in source (its dataset profile applies, ``project.profile: auto``)
+and names the outputs: ``metrics/quality.json`` for params.yaml's own dataset (ml-100k), else
+``metrics/quality-<source>.json``, with run folders under ``bench/runs/quality[-<source>]``.
 
-- test HR@10 and NDCG@10 per model, mean ± sd over the seeds (sample sd). "best generative" is,
-  per seed, the SID model evaluate picked on the validation selection half (never on the gate
-  half or test);
-- best generative / SASRec test NDCG@10: the ratio of the seed-averaged means,
-  ``mean_s mean_u best[s, u] / mean_s mean_u sasrec[s, u]`` (the "mean of the seeds" the
-  targets name), with a 95% paired bootstrap interval over users: each replicate draws one
-  resample of the test users and applies it to every seed and both models. It covers which
-  users were tested, not the seeds (their spread is the sd). Targets, printed and never
-  asserted: >= 1.0x (preset default), >= 1.15x (preset quality);
+Each preset and seed runs in its own folder, ``<workdir>/<preset>/seed-<s>``
+(``--set project.preset=<preset> --set project.seed=<s>``): ingest → evaluate for the
+``--generative-seeds`` (default: every seed), ingest → baselines and the baselines' scoring
+alone (``tasks.evaluate.score_models(generative=False)``) for the others — the baseline rows
+need more seeds than the hours of SFT allow. A folder whose finished run had the same resolved
+settings is reused (a baselines-only folder continues from sft when it becomes generative).
+Each seed's result is then kept in a small JSON file, ``metrics/quality-seeds/<dataset>/
+<preset>/seed-<s>.json`` (its record, test means and, per model, the test users whose target
+is in the top 10 with its rank): committed, so seeds run in different sessions or on other
+machines merge; a seed file with the same settings is never rerun, and the report reads every
+seed file of the preset (``--skip-run``: without running anything). ``--until`` stops the runs
+after a stage (no report); ``--start`` runs from a stage in folders prepared that way with the
+same options, which may have travelled inside the repo to another machine. Every run scores the
+same test users (the split does not depend on the seed). Per preset it prints:
+
+- test HR@10 and NDCG@10 per model, mean ± sd over the seeds that ran it (sample sd). "best
+  generative" is, per seed, the SID model evaluate picked on the validation selection half;
+  "best baseline" the baseline with the highest NDCG@10 on the validation gate half (never
+  test);
+- best generative / best baseline and best generative / SASRec test NDCG@10 over the
+  generative seeds: the ratio of the seed-averaged means, ``mean_s mean_u best[s, u] / mean_s
+  mean_u base[s, u]``, with a 95% paired bootstrap interval over users (each replicate draws
+  one resample of the test users and applies it to every seed and both models: it covers which
+  users were tested, not the seeds, whose spread is the sd); for the best baseline also the
+  difference's interval and its half-width relative to the best baseline's mean, beside the
+  same figure of the ml-100k ``make run`` (``metrics/eval.json``);
 - GRPO − SFT test NDCG@10 (where GRPO ran): the mean over users of the seed-averaged per-user
   difference, with its paired bootstrap interval over users, and GRPO / SFT;
-- with two or more seeds, for both comparisons: the half-width their interval would keep with
-  endless seeds (``models.stats.seed_noise``), the test users' own spread: a smaller difference
-  cannot be told from noise on these users however many seeds run;
-- minutes per stage, mean over the seeds (the runs share one embedding cache: embed is cold in
-  the first run only).
+- with two or more generative seeds: the half-width each interval would keep with endless
+  seeds (``models.stats.seed_noise``), the test users' own spread;
+- minutes per stage, mean over the seeds that ran it (the runs share one embedding cache:
+  embed is cold in the first run only), and the machine;
+- the dataset's published figures, labelled "published, their protocol" and never mixed into
+  our rows (they rank items the user has already seen too; ours exclude them).
 
-Then, per preset and ``--objectives`` entry, SFT's valid NDCG@10 (validation selection users)
-against training minutes, on the first seed: the preset's own run where its ``metrics/sft.json``
-has that objective, else a run until sft with ``--set sft.objective=<objective>``. Minutes are
-approximate: the stage's ``train_seconds`` (training and its validations) spread evenly over the
-optimizer steps, so the validation after step t sits at t / steps × train_seconds.
+With ``--objectives``, per preset and objective SFT's valid NDCG@10 (validation selection
+users) against training minutes, on the first generative seed: the preset's own run where its
+``metrics/sft.json`` has that objective, else a run until sft with ``--set
+sft.objective=<objective>`` (minutes approximate: the stage's ``train_seconds`` spread evenly
+over the optimizer steps), drawn to ``docs/img/quality-valid-ndcg.png`` (with ``--output
+FILE``: beside ``FILE``).
 
-Writes ``metrics/quality.json`` (the tables' numbers and the machine of the runs) and the plot
-``docs/img/quality-valid-ndcg.png``, and logs both to an MLflow run ``bench-quality``. With
-``--output FILE`` the plot is ``FILE``'s name with ``-valid-ndcg.png`` beside it instead, so a
-side run leaves the README's files as they are.
+Writes the report JSON (the tables' numbers and the machine of the runs) and logs it to an
+MLflow run ``bench-quality``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,6 +82,7 @@ from bench.common import (
     folder_paths,
     folder_settings,
     run_record,
+    settings_digest,
 )
 from models.stats import paired_bootstrap_interval, paired_ratio_interval, seed_noise
 from sidrec.config import load_settings
@@ -71,24 +90,89 @@ from sidrec.errors import InputError, SidrecError
 from sidrec.io import atomic_path, atomic_write_json, read_json
 from sidrec.stage import STAGES, Stage
 from sidrec.tracking import log_stage, metric_key
-from tasks.evaluate import BEST
+from tasks.evaluate import BEST, BEST_BASELINE
 
 PRESET_KEY = "project.preset"
 TARGETS = {"default": 1.0, "quality": 1.15}
-"""Best generative / SASRec test NDCG@10 each preset aims at (no entry: no target)."""
+"""Best generative / SASRec test NDCG@10 each preset aims at on ml-100k (no entry: no target)."""
 METRICS = ("hr@10", "ndcg@10")
 RATIO_METRIC = "ndcg@10"
+TOP = 10
+"""The seed files keep the ranks of the test targets within this top (what METRICS read)."""
 CONFIDENCE = 0.95
 PLOT = REPO / "docs" / "img" / "quality-valid-ndcg.png"
+SEEDS_DIR = REPO / "metrics" / "quality-seeds"
 RERUN_HINT = "run `python -m bench.quality` without --skip-run (same options) to make it"
 LAST: Stage = "evaluate"
 """The runs end here (what the report reads); registering is not part of a benchmark."""
+BASELINES_LAST: Stage = "baselines"
+"""A baselines-only seed runs until here; its baselines are then scored without SID models."""
 RUN_STAGES = STAGES[: STAGES.index(LAST) + 1]
+BASELINE_SECTIONS = ("project", "ingest", "validate", "split", "sasrec", "ease", "evaluate")
+"""The resolved settings the baselines' rows depend on (a profile's or preset's values
+included: they are resolved into these sections)."""
+REFERENCE_EVAL = REPO / "metrics" / "eval.json"
+"""The ml-100k ``make run``'s evaluation: the reference of the relative half-width."""
+PUBLISHED: dict[str, dict[str, Any]] = {
+    "amazon-beauty": {
+        "label": "published, their protocol",
+        "source": "TIGER (Rajput et al., NeurIPS 2023), Amazon Beauty table: leave-one-out, "
+        "full ranking, histories up to 20; its SASRec is trained with a binary loss",
+        "rows": {
+            "TIGER": {"recall@5": 0.0454, "ndcg@5": 0.0321, "recall@10": 0.0648, "ndcg@10": 0.0384},
+            "SASRec": {"recall@10": 0.0605, "ndcg@10": 0.0318},
+        },
+    },
+    "movielens-1m": {
+        "label": "published, their protocol",
+        "source": "HSTU (Zhai et al., ICML 2024), MovieLens-1M table: leave-one-out, full "
+        "ranking, histories up to 200",
+        "rows": {
+            "SASRec": {"hr@10": 0.2853, "ndcg@10": 0.1603},
+            "HSTU": {"hr@10": 0.3097, "ndcg@10": 0.1720},
+            "HSTU-large": {"hr@10": 0.3294, "ndcg@10": 0.1893},
+        },
+    },
+}
+"""Figures of the published tables whose protocol each built-in profile follows (Recall@K is
+HR@K under leave-one-out). They rank items the user has seen too; our rows exclude them."""
+PUBLISHED_NOTE = "they rank items the user has already seen too; our rows exclude them"
+
+
+class Source(NamedTuple):
+    """What ``--source`` decides: the run overrides naming it, the dataset and the outputs."""
+
+    overrides: list[str]
+    dataset: str
+    output: Path
+    workdir: Path
+
+
+def source_of(name: str | None) -> Source:
+    """params.yaml's own source (``None`` or its name) keeps its dataset, ``metrics/quality.json``
+    and ``bench/runs/quality``; another source is its own dataset, ``metrics/quality-<name>.json``
+    and ``bench/runs/quality-<name>`` (its profile applies under ``project.profile: auto``)."""
+    settings = load_settings(REPO / "params.yaml")
+    if name is None or name == settings.ingest.source:
+        output = REPO / settings.paths.metrics("quality")
+        return Source([], settings.project.dataset, output, REPO / "bench" / "runs" / "quality")
+    overrides = [f"ingest.source={name}", f"project.dataset={name}"]
+    load_settings(REPO / "params.yaml", overrides)  # an unknown source fails here, clearly
+    return Source(
+        overrides,
+        name,
+        REPO / settings.paths.metrics(f"quality-{name}"),
+        REPO / "bench" / "runs" / f"quality-{name}",
+    )
 
 
 def run_folder(workdir: Path, preset: str, seed: int, objective: str | None = None) -> Path:
     name = f"seed-{seed}" if objective is None else f"objective-{objective}-seed-{seed}"
     return workdir / preset / name
+
+
+def seed_file(seeds_dir: Path, dataset: str, preset: str, seed: int) -> Path:
+    return seeds_dir / dataset / preset / f"seed-{seed}.json"
 
 
 def run_overrides(preset: str, seed: int, overrides: list[str]) -> list[str]:
@@ -102,15 +186,21 @@ def shown(path: Path) -> str:
 
 
 class SeedRun(NamedTuple):
-    """One finished run: its record, ``metrics/eval.json`` and its per-user test scores."""
+    """One seed's result: its seed file (or run folder), record, test report and per-user test
+    scores (``model``, ``user_id`` and METRICS columns)."""
 
     folder: Path
     record: dict[str, Any]
     report: dict[str, Any]
     users: pd.DataFrame
 
+    @property
+    def generative(self) -> bool:
+        return self.report.get("best_generative") is not None
+
 
 def load_seed_run(folder: Path) -> SeedRun:
+    """A finished generative run folder: its record, ``metrics/eval.json`` and test scores."""
     record = run_record(folder, RERUN_HINT)
     paths = folder_paths(folder, record["dataset"])
     report = read_json(
@@ -120,6 +210,121 @@ def load_seed_run(folder: Path) -> SeedRun:
         raise InputError(f"per-user scores not found; {RERUN_HINT}", path=paths.eval_users)
     users = pd.read_parquet(paths.eval_users, columns=["split", "model", "user_id", *METRICS])
     return SeedRun(folder, record, report, users[users["split"] == "test"])
+
+
+def score_baselines(folder: Path, overrides: list[str]) -> SeedRun:
+    """Score the baselines of a run folder finished until :data:`BASELINES_LAST` (no SID model),
+    as evaluate scores them; the seconds it took are added to the record as ``evaluate``."""
+    from tasks.evaluate import score_models
+
+    record = run_record(folder, RERUN_HINT)
+    started = time.perf_counter()
+    report, users = score_models(folder_settings(folder.resolve(), overrides), generative=False)
+    record = {
+        **record,
+        "seconds": {**record["seconds"], LAST: round(time.perf_counter() - started, 1)},
+    }
+    return SeedRun(folder, record, report, users[users["split"] == "test"])
+
+
+def seed_result(run: SeedRun) -> dict[str, Any]:
+    """What a seed file keeps: the run's record (without its folder), the test means and the
+    models picked on validation, the protocol, and per model the test users (by position in
+    the split's test order, which every seed shares) whose target ranked within the top
+    :data:`TOP`, with that rank (1-based): enough to rebuild HR@10 and NDCG@10 per user."""
+    test = run.users
+    order = test.loc[test["model"] == "popularity", "user_id"].astype(str).tolist()
+    hits: dict[str, list[list[int]]] = {}
+    for model, rows in test.groupby("model", sort=False):
+        ndcg = rows[RATIO_METRIC].to_numpy()
+        if rows["user_id"].astype(str).tolist() != order:
+            raise InputError(f"{model}'s test rows are not in the users' order", path=run.folder)
+        hit = np.flatnonzero(ndcg > 0)
+        ranks = np.rint(2.0 ** (1.0 / ndcg[hit]) - 1.0).astype(int)  # ndcg = 1 / log2(rank + 1)
+        hits[str(model)] = [[int(u), int(r)] for u, r in zip(hit, ranks, strict=True)]
+    report = run.report
+    return {
+        "record": {  # the repo's own path written as <repo>: seed files merge across clones
+            **run.record,
+            "overrides": [o.replace(str(REPO), "<repo>") for o in run.record["overrides"]],
+        },
+        "test_users": len(order),
+        "test_users_sha256": hashlib.sha256("\n".join(order).encode()).hexdigest(),
+        "best_generative": report.get("best_generative"),
+        "best_baseline": report["best_baseline"],
+        "test": {m: {k: row[k] for k in METRICS} for m, row in report["test"].items()},
+        "protocol": {k: v for k, v in report["protocol"].items() if k != "fingerprints"},
+        "hits": hits,
+    }
+
+
+def read_seed_file(path: Path) -> SeedRun:
+    """A seed file back as a :class:`SeedRun` (per-user scores rebuilt from the hits)."""
+    data = read_json(path, "quality seed file", RERUN_HINT)
+    n = int(data["test_users"])
+    frames = []
+    for model, hits in data["hits"].items():
+        rank = np.full(n, TOP + 1)
+        for user, r in hits:
+            rank[user] = r
+        within = rank <= TOP
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": model,
+                    "user_id": np.arange(n),
+                    "hr@10": within.astype(float),
+                    "ndcg@10": np.where(within, 1.0 / np.log2(rank + 1.0), 0.0),
+                }
+            )
+        )
+    report = {
+        "test": data["test"],
+        "best_generative": data["best_generative"],
+        "best_baseline": data["best_baseline"],
+        "test_rows": n,
+        "test_users_sha256": data["test_users_sha256"],
+        "protocol": data["protocol"],
+        "settings_sha256": data.get("settings_sha256"),
+        "baselines_sha256": data.get("baselines_sha256"),
+    }
+    return SeedRun(path, data["record"], report, pd.concat(frames, ignore_index=True))
+
+
+def seed_runs(seeds_dir: Path, dataset: str, preset: str) -> list[SeedRun]:
+    """Every seed file of ``dataset`` and ``preset``, by seed: they must share the settings the
+    baselines depend on and their test users, and the generative ones all their settings."""
+    folder = seeds_dir / dataset / preset
+    paths = sorted(folder.glob("seed-*.json"), key=lambda f: int(f.stem.removeprefix("seed-")))
+    if not paths:
+        raise InputError(f"no seed files of preset {preset}; {RERUN_HINT}", path=folder)
+    runs = [read_seed_file(f) for f in paths]
+    generative = [r for r in runs if r.generative]
+    for group, key, what in (
+        (runs, "baselines_sha256", "the settings its baselines depend on"),
+        (generative, "settings_sha256", "its settings"),
+    ):
+        for run in group[1:]:
+            if run.report[key] != group[0].report[key]:
+                raise InputError(
+                    f"{what} differ from those of {group[0].folder.name} (overrides "
+                    f"{run.record['overrides']} and {group[0].record['overrides']}, or another "
+                    "params.yaml): rerun it with today's settings, or remove it",
+                    path=run.folder,
+                )
+    for run in runs[1:]:
+        if run.report["test_users_sha256"] != runs[0].report["test_users_sha256"]:
+            raise InputError(
+                f"test users differ from those of {runs[0].folder.name}: the paired interval "
+                "needs every seed scored on the same users (same split and evaluate.max_users)",
+                path=run.folder,
+            )
+    return runs
+
+
+def first_generative(runs: list[SeedRun]) -> int | None:
+    """The first seed with SID models (its SFT curves are the ones drawn)."""
+    return next((r.record["seed"] for r in runs if r.generative), None)
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -133,48 +338,74 @@ def spread(values: list[float]) -> dict[str, Any]:
 
 
 def summarize_preset(preset: str, runs: list[SeedRun], *, resamples: int) -> dict[str, Any]:
-    """Per model mean ± sd over the seeds, best generative / SASRec with its paired interval,
-    minutes per stage and the machine (from the first run's record)."""
-    models = list(runs[0].report["test"])
-    for run in runs[1:]:
-        if list(run.report["test"]) != models:
+    """Per model mean ± sd over the seeds that ran it; over the generative seeds best generative
+    / best baseline and / SASRec with their paired intervals and GRPO − SFT; minutes per stage
+    and the machine (from the first run's record)."""
+    generative = [r for r in runs if r.generative]
+    models = list(dict.fromkeys(m for r in runs for m in r.report["test"]))
+    for model in models:
+        ran = [r for r in (generative if model in ("sft", "grpo") else runs)]
+        missing = [r.folder.name for r in ran if model not in r.report["test"]]
+        if missing:
             raise InputError(
-                f"evaluated models {list(run.report['test'])}, but {runs[0].folder} has {models}: "
-                "every seed must evaluate the same models (same grpo.enabled)",
-                path=run.folder,
+                f"{', '.join(missing)} did not evaluate {model}: every seed must evaluate the same "
+                "models (same grpo.enabled; EASE within its catalog limit)",
+                path=runs[0].folder,
             )
-    best = [run.report["best_generative"] for run in runs]
     table = {
-        model: {m: spread([r.report["test"][model][m] for r in runs]) for m in METRICS}
+        model: {
+            m: spread([r.report["test"][model][m] for r in runs if model in r.report["test"]])
+            for m in METRICS
+        }
         for model in models
     }
-    table[BEST] = {
-        m: spread([r.report["test"][b][m] for r, b in zip(runs, best, strict=True)])
+    best = [r.report["best_generative"] for r in generative]
+    if generative:
+        table[BEST] = {
+            m: spread([r.report["test"][b][m] for r, b in zip(generative, best, strict=True)])
+            for m in METRICS
+        }
+    baselines = [r.report["best_baseline"] for r in runs]
+    table[BEST_BASELINE] = {
+        m: spread([r.report["test"][b][m] for r, b in zip(runs, baselines, strict=True)])
         for m in METRICS
     }
-    stages = list(runs[0].record["seconds"])
-    minutes = {
-        s: round(statistics.fmean(r.record["seconds"][s] for r in runs) / 60, 2) for s in stages
-    }
-    minutes["total"] = round(sum(minutes.values()), 2)
+    stages = list(dict.fromkeys(s for r in runs for s in r.record["seconds"]))
+    minutes = {}
+    for stage in stages:
+        ran = [r for r in (generative or runs) if stage in r.record["seconds"]]
+        ran = ran or [r for r in runs if stage in r.record["seconds"]]
+        minutes[stage] = round(statistics.fmean(r.record["seconds"][stage] for r in ran) / 60, 2)
+    if generative:
+        minutes["total"] = round(sum(minutes.values()), 2)
+    record = (generative or runs)[0].record
     return {
         "seeds": [r.record["seed"] for r in runs],
+        "generative_seeds": [r.record["seed"] for r in generative],
         "runs": [shown(r.folder) for r in runs],
         "test_users": int(runs[0].report["test_rows"]),
         "best_generative": best,
+        "best_baseline": baselines,
+        "history": (generative or runs)[0].report["protocol"].get("history"),
         "models": table,
-        "best_generative_vs_sasrec": best_vs_sasrec(runs, best, preset, resamples),
-        "grpo_minus_sft": grpo_minus_sft(runs, resamples),
+        "best_generative_vs_best_baseline": (
+            best_vs(generative, best, BEST_BASELINE, preset, resamples) if generative else None
+        ),
+        "best_generative_vs_sasrec": (
+            best_vs(generative, best, "sasrec", preset, resamples) if generative else None
+        ),
+        "grpo_minus_sft": grpo_minus_sft(generative, resamples) if generative else None,
         "minutes": minutes,
-        "machine": runs[0].record["machine"],
-        "prepared_on": runs[0].record.get("prepared_on"),
+        "minutes_over": "the generative seeds" if generative else "the seeds",
+        "machine": record["machine"],
+        "prepared_on": record.get("prepared_on"),
     }
 
 
 def per_seed(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
     """Per test user and seed, each model's ``RATIO_METRIC``: one users x seeds array per model
-    column of ``models`` (``models[seed][column]``; the best generative model differs by seed),
-    every array in the same user order."""
+    column of ``models`` (``models[seed][column]``; the best models differ by seed), every
+    array in the same user order."""
 
     def scores(run: SeedRun, model: str) -> pd.Series:
         rows = run.users[run.users["model"] == model]
@@ -194,27 +425,66 @@ def per_seed(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
     return [np.stack([s.reindex(users).to_numpy() for s in col], axis=1) for col in columns]
 
 
-def best_vs_sasrec(
-    runs: list[SeedRun], best: list[str], preset: str, resamples: int
+def best_vs(
+    runs: list[SeedRun], best: list[str], reference: str, preset: str, resamples: int
 ) -> dict[str, Any]:
-    """Ratio of the seed-averaged test means, best generative over SASRec, with the paired
-    bootstrap over users (one resample of users for every seed and both models)."""
-    best_seeds, sasrec_seeds = per_seed(runs, [[b, "sasrec"] for b in best])
-    best_mean, sasrec_mean = best_seeds.mean(axis=1), sasrec_seeds.mean(axis=1)
+    """Ratio of the seed-averaged test means, best generative over ``reference`` (``sasrec``, or
+    :data:`BEST_BASELINE`: each seed's own), with the paired bootstrap over users (one resample
+    of users for every seed and both models); against the best baseline also the difference's
+    interval and its half-width relative to the best baseline's mean."""
+    references = [
+        r.report["best_baseline"] if reference == BEST_BASELINE else reference for r in runs
+    ]
+    pairs = [[b, ref] for b, ref in zip(best, references, strict=True)]
+    best_seeds, ref_seeds = per_seed(runs, pairs)
+    best_mean, ref_mean = best_seeds.mean(axis=1), ref_seeds.mean(axis=1)
     interval = paired_ratio_interval(
-        best_mean, sasrec_mean, confidence=CONFIDENCE, n_resamples=resamples
+        best_mean, ref_mean, confidence=CONFIDENCE, n_resamples=resamples
     )
-    target = TARGETS.get(preset)
-    return {
+    out: dict[str, Any] = {
         "metric": RATIO_METRIC,
+        "reference": references,
         "ratio": round(interval.mean, 4),
         "low": round(interval.low, 4),
         "high": round(interval.high, 4),
         "confidence": CONFIDENCE,
         "resamples": resamples,
-        "target": target,
-        "met": None if target is None else interval.mean >= target,
-        **endless_seeds(best_seeds - sasrec_seeds, float(sasrec_mean.mean())),
+    }
+    if reference == "sasrec":
+        target = TARGETS.get(preset)
+        out |= {"target": target, "met": None if target is None else interval.mean >= target}
+    else:
+        diff = paired_bootstrap_interval(
+            best_mean, ref_mean, confidence=CONFIDENCE, n_resamples=resamples
+        )
+        half = (diff.high - diff.low) / 2
+        out |= {
+            "diff": round(diff.mean, 5),
+            "diff_low": round(diff.low, 5),
+            "diff_high": round(diff.high, 5),
+            "relative_half_width": round(half / float(ref_mean.mean()), 4),
+        }
+    return out | endless_seeds(best_seeds - ref_seeds, float(ref_mean.mean()))
+
+
+def reference_half_width(path: Path = REFERENCE_EVAL) -> dict[str, Any] | None:
+    """The relative half-width of best generative − best baseline on the ml-100k ``make run``
+    (its ``metrics/eval.json``: one seed, paired bootstrap over the test users), the yardstick
+    the new datasets' intervals are held against; None where the file or its rows are missing."""
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text())
+    baseline = report.get("best_baseline")
+    diff = report.get("paired", {}).get("test", {}).get(f"{BEST} - {BEST_BASELINE}")
+    if baseline is None or diff is None:
+        return None
+    ndcg = diff[RATIO_METRIC]
+    half = (ndcg["high"] - ndcg["low"]) / 2
+    return {
+        "source": shown(path),
+        "dataset": report["dataset"],
+        "best_baseline": baseline,
+        "relative_half_width": round(half / report["test"][baseline][RATIO_METRIC], 4),
     }
 
 
@@ -284,17 +554,29 @@ def sft_curve(folder: Path) -> dict[str, Any]:
 
 
 def build_report(
-    workdir: Path, presets: list[str], seeds: list[int], objectives: list[str], *, resamples: int
+    seeds_dir: Path,
+    dataset: str,
+    presets: list[str],
+    *,
+    resamples: int,
+    workdir: Path | None = None,
+    objectives: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """metrics/quality.json's content, read from the finished run folders under ``workdir``."""
-    report: dict[str, Any] = {"presets": {}, "objectives": {}}
+    """The report's content, read from every seed file of ``dataset`` and each preset under
+    ``seeds_dir`` (SFT curves from the run folders under ``workdir``, on the first generative
+    seed), with the dataset's published figures and the ml-100k half-width reference."""
+    report: dict[str, Any] = {"dataset": dataset, "presets": {}, "objectives": {}}
     for preset in presets:
-        runs = [load_seed_run(run_folder(workdir, preset, s)) for s in seeds]
-        report["dataset"] = runs[0].record["dataset"]
+        runs = seed_runs(seeds_dir, dataset, preset)
         report["presets"][preset] = summarize_preset(preset, runs, resamples=resamples)
-        curves = {o: sft_curve(objective_folder(workdir, preset, seeds[0], o)) for o in objectives}
-        if curves:
-            report["objectives"][preset] = curves
+        first = first_generative(runs)
+        if objectives and workdir is not None and first is not None:
+            report["objectives"][preset] = {
+                o: sft_curve(objective_folder(workdir, preset, first, o)) for o in objectives
+            }
+    if dataset in PUBLISHED:
+        report["published"] = {**PUBLISHED[dataset], "note": PUBLISHED_NOTE}
+    report["reference_half_width"] = reference_half_width()
     return report
 
 
@@ -321,42 +603,44 @@ def plot_curves(objectives: dict[str, dict[str, dict[str, Any]]], path: Path) ->
 
 
 def tables(report: dict[str, Any]) -> str:
-    """The printed output: per preset the models table, the ratio line and minutes per stage;
-    then SFT per objective."""
+    """The printed output: per preset the models table, the comparisons and minutes per stage;
+    the published figures; then SFT per objective."""
     lines = []
     for preset, p in report["presets"].items():
-        m = p["machine"]
-        prepared = p.get("prepared_on")
-        before = (
-            ""
-            if prepared is None
-            else f" (the stages until {prepared['until']} on {prepared['machine']['cpus']} CPUs, "
-            f"GPU {prepared['machine']['gpu'] or 'none'})"
-        )
-        lines += [
-            f"**preset {preset}** — {report['dataset']}, {p['test_users']} test users, mean ± sd "
-            f"over seeds {', '.join(map(str, p['seeds']))}; {m['cpus']} CPUs, "
-            f"{m['torch_threads']} torch threads, GPU {m['gpu'] or 'none'}{before}",
-            "",
-            "| model (test) | HR@10 | NDCG@10 |",
-            "|---|---|---|",
-        ]
-        for model, row in p["models"].items():
-            name = f"{model} ({', '.join(p['best_generative'])})" if model == BEST else model
-            lines.append(f"| {name} | " + " | ".join(_mean_sd(row[k]) for k in METRICS) + " |")
-        r = p["best_generative_vs_sasrec"]
-        verdict = (
-            ""
-            if r["target"] is None
-            else f"; target >= {r['target']:.2f}x: " + ("met" if r["met"] else "NOT met")
-        )
-        lines += [
-            "",
-            f"best generative / SASRec test NDCG@10: {r['ratio']:.2f}x [{r['low']:.2f}, "
-            f"{r['high']:.2f}] (paired bootstrap over users, {r['confidence']:.0%}){verdict}"
-            + _endless(r, "SASRec"),
-            "",
-        ]
+        lines += _preset_table(report["dataset"], preset, p)
+        for name, reference in (
+            ("best_generative_vs_best_baseline", "the best baseline"),
+            ("best_generative_vs_sasrec", "SASRec"),
+        ):
+            r = p[name]
+            if r is None:
+                continue
+            verdict = (
+                ""
+                if r.get("target") is None
+                else f"; target >= {r['target']:.2f}x: " + ("met" if r["met"] else "NOT met")
+            )
+            detail = (
+                f"; difference {r['diff']:+.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}], "
+                f"half-width {r['relative_half_width']:.3f}x the best baseline"
+                if "diff" in r
+                else ""
+            )
+            lines += [
+                f"best generative / {reference} test NDCG@10: {r['ratio']:.3f}x [{r['low']:.3f}, "
+                f"{r['high']:.3f}] (paired bootstrap over users, {r['confidence']:.0%})"
+                f"{detail}{verdict}" + _endless(r, reference),
+                "",
+            ]
+        ref = report.get("reference_half_width")
+        vs = p["best_generative_vs_best_baseline"]
+        if ref is not None and vs is not None and report["dataset"] != ref["dataset"]:
+            lines += [
+                f"relative half-width {vs['relative_half_width']:.3f} here against "
+                f"{ref['relative_half_width']:.3f} on {ref['dataset']} ({ref['source']}): "
+                f"{vs['relative_half_width'] / ref['relative_half_width']:.2f}x",
+                "",
+            ]
         g = p["grpo_minus_sft"]
         if g is not None:
             lines += [
@@ -366,14 +650,16 @@ def tables(report: dict[str, Any]) -> str:
                 "",
             ]
         lines += [
-            "| minutes | " + " | ".join(p["minutes"]) + " |",
+            f"| minutes (mean over {p['minutes_over']}) | " + " | ".join(p["minutes"]) + " |",
             "|---|" + "---|" * len(p["minutes"]),
-            "| mean over seeds | " + " | ".join(f"{v:.1f}" for v in p["minutes"].values()) + " |",
+            "| | " + " | ".join(f"{v:.1f}" for v in p["minutes"].values()) + " |",
             "",
         ]
+    if "published" in report:
+        lines += _published_table(report["published"])
     for preset, curves in report["objectives"].items():
         lines += [
-            f"**SFT objectives, preset {preset}** (first seed)",
+            f"**SFT objectives, preset {preset}** (first generative seed)",
             "",
             "| sft.objective | train minutes | best epoch | best valid NDCG@10 | validations |",
             "|---|---|---|---|---|",
@@ -387,12 +673,74 @@ def tables(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _preset_table(dataset: str, preset: str, p: dict[str, Any]) -> list[str]:
+    """The preset's heading (data, seeds, machine, history read) and its models table."""
+    m = p["machine"]
+    prepared = p.get("prepared_on")
+    before = (
+        ""
+        if prepared is None
+        else f" (the stages until {prepared['until']} on {prepared['machine']['cpus']} CPUs, "
+        f"GPU {prepared['machine']['gpu'] or 'none'})"
+    )
+    generative = ", ".join(map(str, p["generative_seeds"])) or "none"
+    lines = [
+        f"**preset {preset}** — {dataset}, {p['test_users']} test users, mean ± sd over seeds "
+        f"{', '.join(map(str, p['seeds']))} (SID models: seeds {generative}); {m['cpus']} CPUs, "
+        f"{m['torch_threads']} torch threads, GPU {m['gpu'] or 'none'}{before}",
+        "",
+    ]
+    history = p.get("history")
+    if history is not None:
+        read = (
+            f"history read: protocol {history['protocol_items']} items, SASRec "
+            f"{history['sasrec_items']}, EASE {history['ease_items']}"
+        )
+        g = history.get("generative")
+        if g is not None:
+            context = g["context_items"] or "as many as fit"
+            read += f", SID models {context} (their context, {g['context_tokens']} tokens)"
+        lines += [read, ""]
+    lines += ["| model (test) | seeds | HR@10 | NDCG@10 |", "|---|---|---|---|"]
+    for model, row in p["models"].items():
+        name = model
+        if model == BEST:
+            name = f"{model} ({', '.join(p['best_generative'])})"
+        elif model == BEST_BASELINE:
+            name = f"{model} ({', '.join(p['best_baseline'])})"
+        seeds = len(row[METRICS[0]]["per_seed"])
+        lines.append(
+            f"| {name} | {seeds} | " + " | ".join(_mean_sd(row[k]) for k in METRICS) + " |"
+        )
+    return [*lines, ""]
+
+
+def _published_table(published: dict[str, Any]) -> list[str]:
+    """The published figures, in a table of their own under their label."""
+    metrics = list(dict.fromkeys(k for row in published["rows"].values() for k in row))
+    lines = [
+        f"**{published['label']}** — {published['source']} ({published['note']})",
+        "",
+        "| model | " + " | ".join(metrics) + " |",
+        "|---|" + "---|" * len(metrics),
+    ]
+    for model, row in published["rows"].items():
+        cells = [f"{row[k]:.4f}" if k in row else "" for k in metrics]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def tracked_metrics(report: dict[str, Any]) -> dict[str, float]:
     """What the MLflow run records: per preset, model and metric the mean over seeds, and the
-    best generative / SASRec ratio."""
+    comparisons' ratios and differences."""
     metrics = {}
     for preset, p in report["presets"].items():
-        metrics[f"{preset}.best_generative_over_sasrec"] = p["best_generative_vs_sasrec"]["ratio"]
+        for name, key in (
+            ("best_generative_vs_best_baseline", "best_generative_over_best_baseline"),
+            ("best_generative_vs_sasrec", "best_generative_over_sasrec"),
+        ):
+            if p[name] is not None:
+                metrics[f"{preset}.{key}"] = p[name]["ratio"]
         if p["grpo_minus_sft"] is not None:
             metrics[f"{preset}.grpo_minus_sft"] = p["grpo_minus_sft"]["diff"]
         for model, row in p["models"].items():
@@ -418,18 +766,27 @@ def _mean_sd(spread: dict[str, Any]) -> str:
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source", help="a built-in source (default: params.yaml's, ml-100k's movielens-100k)"
+    )
     parser.add_argument("--presets", "--preset", nargs="+", default=["default", "quality"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--objectives", nargs="*", default=["sequence", "rows"])
+    parser.add_argument(
+        "--generative-seeds",
+        nargs="*",
+        type=int,
+        help="the seeds that train SID models (default: every seed); the others run the "
+        "baselines alone",
+    )
+    parser.add_argument("--objectives", nargs="*", default=[], help="e.g. sequence rows")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], help="section.key=value"
     )
-    parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "runs" / "quality")
-    parser.add_argument(
-        "--skip-run", action="store_true", help="only read the finished run folders"
-    )
+    parser.add_argument("--workdir", type=Path, help="default: bench/runs/quality[-<source>]")
+    parser.add_argument("--seeds-dir", type=Path, default=SEEDS_DIR, help="the seed files' root")
+    parser.add_argument("--skip-run", action="store_true", help="only read the seed files")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap replicates")
-    parser.add_argument("--output", type=Path, help="default: metrics/quality.json")
+    parser.add_argument("--output", type=Path, help="default: metrics/quality[-<source>].json")
     parser.add_argument(
         "--start",
         choices=RUN_STAGES,
@@ -449,34 +806,93 @@ def plot_path(output: Path | None) -> Path:
     return PLOT if output is None else output.with_name(f"{output.stem}-valid-ndcg.png")
 
 
+def seed_digests(folder: Path, overrides: list[str]) -> dict[str, str]:
+    """A seed file's two settings digests, both without the seed (so seeds compare): all the
+    resolved settings, and those the baselines depend on (:data:`BASELINE_SECTIONS`)."""
+    any_seed = [*overrides, "project.seed=0"]
+    return {
+        "settings_sha256": settings_digest(folder, any_seed),
+        "baselines_sha256": settings_digest(folder, any_seed, BASELINE_SECTIONS),
+    }
+
+
+def seed_is_current(path: Path, folder: Path, overrides: list[str], generative: bool) -> bool:
+    """Whether ``path`` holds this seed's result with today's settings: all of them where
+    ``generative`` asks for SID models; else those the baselines depend on (a change of SFT's
+    settings keeps them), in a file whose SID rows, if any, are current too. Then nothing runs."""
+    if not path.exists():
+        return False
+    data = json.loads(path.read_text())
+    digests = seed_digests(folder, overrides)
+    same = data.get("settings_sha256") == digests["settings_sha256"]
+    if generative:
+        return same and data["best_generative"] is not None
+    baselines = data.get("baselines_sha256") == digests["baselines_sha256"]
+    return baselines and (same or data["best_generative"] is None)
+
+
+def run_seed(
+    folder: Path, path: Path, overrides: list[str], generative: bool, start: Stage, until: Stage
+) -> None:
+    """Run one seed's stages in ``folder`` (a baselines-only seed stops after the baselines)
+    and, for a run that reached evaluate, write its seed file ``path``."""
+    last = (
+        until
+        if generative or STAGES.index(until) < STAGES.index(BASELINES_LAST)
+        else BASELINES_LAST
+    )
+    ensure_run(folder, overrides, last, start=start)
+    if until != LAST:
+        return
+    run = load_seed_run(folder) if generative else score_baselines(folder, overrides)
+    atomic_write_json(path, {**seed_result(run), **seed_digests(folder, overrides)})
+
+
+def run_all(args: argparse.Namespace, source: Source, workdir: Path, overrides: list[str]) -> None:
+    """Every preset's seeds (and SFT objective runs) that have no current seed file."""
+    generative = set(args.seeds if args.generative_seeds is None else args.generative_seeds)
+    for preset in args.presets:  # a bad preset, objective or --set fails before training
+        run = run_overrides(preset, args.seeds[0], overrides)
+        for extra in [[], *([f"sft.objective={o}"] for o in args.objectives)]:
+            folder_settings(workdir, [*run, *extra])
+    for preset in args.presets:
+        for seed in args.seeds:
+            run = run_overrides(preset, seed, overrides)
+            folder = run_folder(workdir, preset, seed)
+            path = seed_file(args.seeds_dir, source.dataset, preset, seed)
+            if not seed_is_current(path, folder, run, seed in generative):
+                run_seed(folder, path, run, seed in generative, args.start, args.until)
+        if args.until != LAST or not args.objectives:
+            continue
+        first = first_generative(seed_runs(args.seeds_dir, source.dataset, preset))
+        if first is None:
+            continue
+        for objective in args.objectives:  # the preset's own run where it trained this one
+            folder = objective_folder(workdir, preset, first, objective)
+            if folder != run_folder(workdir, preset, first):
+                run = run_overrides(preset, first, overrides)
+                ensure_run(folder, [*run, f"sft.objective={objective}"], "sft")
+
+
 def main() -> None:
     args = bench_args(__doc__, _options)
-    workdir = args.workdir.resolve()
-    overrides = [f"embed.cache_dir={workdir / 'cache'}", *args.overrides]
-    output = args.output or REPO / load_settings(REPO / "params.yaml").paths.metrics("quality")
+    source = source_of(args.source)
+    workdir = (args.workdir or source.workdir).resolve()
+    overrides = [*source.overrides, f"embed.cache_dir={workdir / 'cache'}", *args.overrides]
+    output = args.output or source.output
     plot = plot_path(args.output)
     if not args.skip_run:
-        for preset in args.presets:  # a bad preset, objective or --set fails before training
-            run = run_overrides(preset, args.seeds[0], overrides)
-            for extra in [[], *([f"sft.objective={o}"] for o in args.objectives)]:
-                folder_settings(workdir, [*run, *extra])
-        for preset in args.presets:
-            for seed in args.seeds:
-                run = run_overrides(preset, seed, overrides)
-                folder = run_folder(workdir, preset, seed)
-                ensure_run(folder, run, args.until, start=args.start)
-            if args.until != LAST:
-                continue
-            for objective in args.objectives:  # the preset's own run where it trained this one
-                folder = objective_folder(workdir, preset, args.seeds[0], objective)
-                if folder != run_folder(workdir, preset, args.seeds[0]):
-                    run = run_overrides(preset, args.seeds[0], overrides)
-                    ensure_run(folder, [*run, f"sft.objective={objective}"], "sft")
+        run_all(args, source, workdir, overrides)
         if args.until != LAST:
             print(f"prepared until {args.until} under {workdir}; no report before evaluate")
             return
     report = build_report(
-        workdir, args.presets, args.seeds, args.objectives, resamples=args.resamples
+        args.seeds_dir,
+        source.dataset,
+        args.presets,
+        resamples=args.resamples,
+        workdir=workdir,
+        objectives=args.objectives,
     )
     report["overrides"] = args.overrides
     artifacts = [output]

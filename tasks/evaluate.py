@@ -107,6 +107,22 @@ def popularity_topk(
 
 
 def evaluate(settings: Settings) -> StageResult:
+    paths = settings.paths
+    report, users = score_models(settings)
+    with AtomicOutputs() as out:
+        out.parquet(users, paths.eval_users)
+        out.json(report, paths.metrics("eval"))
+    log.info("%s", summary_line(report))
+    files = [paths.metrics("eval"), paths.eval_users]
+    return StageResult.from_files("evaluate", files, report, summary_line(report))
+
+
+def score_models(
+    settings: Settings, *, generative: bool = True
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """``metrics/eval.json``'s report and the per-user scores, written by nobody: every model
+    ranks the same rows under one protocol. ``generative=False`` scores the baselines alone
+    (a baselines-only seed of ``bench.quality``: no SID model needs to exist)."""
     cfg, paths = settings.evaluate, settings.paths
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
@@ -118,9 +134,11 @@ def evaluate(settings: Settings) -> StageResult:
     sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
     choice = read_ease_choice(settings)
     ease, left_out = fitted_ease(choice, item_ids, splits["train"])
-    generators = {"sft": _generator(settings, "sft", sid_map, item_ids)}
-    if settings.grpo.enabled:
-        generators["grpo"] = _generator(settings, "grpo", sid_map, item_ids)
+    generators = {}
+    if generative:
+        generators["sft"] = _generator(settings, "sft", sid_map, item_ids)
+        if settings.grpo.enabled:
+            generators["grpo"] = _generator(settings, "grpo", sid_map, item_ids)
 
     report: dict[str, Any] = {"dataset": settings.project.dataset, "ks": list(cfg.ks)}
     report["items"] = len(item_ids)
@@ -131,6 +149,7 @@ def evaluate(settings: Settings) -> StageResult:
         targets = encode_targets(list(rows["target"]), index, f"{name} targets")
         histories = [list(h) for h in rows["history"]]
         exclude = exclusions(settings, splits, name, rows)
+        log.info("%s: ranking %d rows with the baselines", name, len(rows))
         topks = {
             "popularity": popularity_topk(popularity, len(rows), k, exclude),
             "sasrec": recommend(sasrec, histories, k, exclude=exclude),
@@ -162,16 +181,50 @@ def evaluate(settings: Settings) -> StageResult:
     report |= _uncertainty(
         users, best, cfg.bootstrap_resamples, settings.project.seed, best_baseline=baseline
     )
-    report["protocol"] = protocol(settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report)
+    report["protocol"] = protocol(
+        settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report, list(generators)
+    )
     report["protocol"]["baselines"] = _baselines_record(choice, left_out)
+    report["protocol"]["history"] = history_record(settings, sid_map, report, list(generators))
     report["sasrec_best_epoch"] = sasrec.best_epoch
     report["seconds"] = round(time.perf_counter() - started, 1)
-    with AtomicOutputs() as out:
-        out.parquet(users, paths.eval_users)
-        out.json(report, paths.metrics("eval"))
-    log.info("%s", summary_line(report))
-    files = [paths.metrics("eval"), paths.eval_users]
-    return StageResult.from_files("evaluate", files, report, summary_line(report))
+    return report, users
+
+
+def history_record(
+    settings: Settings,
+    sid_map: dict[str, list[int]],
+    report: dict[str, Any],
+    generative: list[str],
+) -> dict[str, Any]:
+    """How much of each row's history every model reads: the protocol's (``split.max_history``),
+    SASRec's window, EASE's (the whole protocol history) and, for the SID models, the items that
+    fit their context (``model.max_length`` tokens, ``levels + 1`` per item after one BOS, in
+    the sequence prompt format) with the number of prompts cut to fit it."""
+    protocol_items = settings.split.max_history
+    record: dict[str, Any] = {
+        "protocol_items": protocol_items,
+        "sasrec_items": settings.sasrec.max_len or protocol_items,
+        "ease_items": protocol_items,
+    }
+    if generative:
+        levels = max((len(sid) for sid in sid_map.values()), default=1)
+        fits = (
+            (settings.model.max_length - 1) // (levels + 1)
+            if settings.sft.objective == "sequence"
+            else None  # text prompts: as many of the newest items as fit model.max_length
+        )
+        if fits is not None and protocol_items is not None:
+            fits = min(fits, protocol_items)
+        record["generative"] = {
+            "context_tokens": settings.model.max_length,
+            "context_items": fits,
+            "cut_prompts": {
+                split: {m: report[split][m]["truncated_prompts"] for m in generative}
+                for split in EVAL_SPLITS
+            },
+        }
+    return record
 
 
 def _baselines_record(choice: EaseChoice, left_out: dict[str, str]) -> dict[str, Any]:
@@ -336,7 +389,10 @@ def _rounded(interval: Any) -> dict[str, float]:
 
 
 def protocol(
-    settings: Settings, split_rows: dict[str, int], report: dict[str, Any]
+    settings: Settings,
+    split_rows: dict[str, int],
+    report: dict[str, Any],
+    generative: list[str],
 ) -> dict[str, Any]:
     """How the numbers were made, with fingerprints of what they were made from (the register
     stage refuses metrics whose fingerprints do not match today's files)."""
@@ -362,7 +418,7 @@ def protocol(
             **{
                 f"{name}_model": fingerprint([folder])
                 for name, folder in models.items()
-                if name == "sft" or settings.grpo.enabled
+                if name in generative
             },
         },
     }

@@ -278,3 +278,37 @@ def test_the_summary_compares_each_generative_model_with_sasrec_and_the_best_bas
         "(-0.0200 [-0.0300, -0.0100]) · grpo is within noise of sasrec (+0.0000 [-0.0100, "
         "+0.0100]) and is within noise of the best baseline blend (-0.0100 [-0.0200, +0.0010])"
     )
+
+
+def test_the_protocol_says_how_much_history_each_model_reads(tiny_eval):
+    settings, report = tiny_eval
+    history = report["protocol"]["history"]
+    protocol = settings.split.max_history
+    assert history["protocol_items"] == protocol
+    assert history["sasrec_items"] == (settings.sasrec.max_len or protocol)
+    assert history["ease_items"] == protocol
+    levels = len(next(iter(json.loads(settings.paths.sid_map.read_text()).values())))
+    fits = (settings.model.max_length - 1) // (levels + 1)  # BOS, then L SID tokens + EOS
+    generative = history["generative"]
+    assert generative["context_items"] == (fits if protocol is None else min(fits, protocol))
+    assert generative["context_tokens"] == settings.model.max_length
+    assert generative["cut_prompts"] == {
+        s: {"sft": report[s]["sft"]["truncated_prompts"]} for s in ("valid", "test")
+    }
+
+
+def test_the_baselines_alone_are_scored_as_evaluate_scores_them(tiny_eval):
+    from tasks.evaluate import score_models
+
+    settings, report = tiny_eval
+    written = settings.paths.metrics("eval").read_bytes()
+    alone, users = score_models(settings, generative=False)
+    for split in ("valid", "test"):
+        assert list(alone[split]) == ["popularity", "sasrec", "ease", "blend"]
+        for model in alone[split]:
+            assert alone[split][model] == report[split][model]
+    assert alone["best_generative"] is None and alone["best_baseline"] == report["best_baseline"]
+    assert "generative" not in alone["protocol"]["history"]
+    assert "sft_model" not in alone["protocol"]["fingerprints"]
+    assert set(users["model"]) == {"popularity", "sasrec", "ease", "blend"}
+    assert settings.paths.metrics("eval").read_bytes() == written  # it writes nothing
