@@ -50,9 +50,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.grpo
 	$(BIN)/python -m bench.serving
 
-## Quality over seeds (hours on 2 cores: one full run per preset and seed) and the blend beside it.
+## Quality over seeds (hours on 2 cores: one full run per preset and seed) and the blend beside
+## it; MovieLens-1M and Amazon Beauty with three seeds of baselines, one of SID models.
 bench-quality: $(STAMP)
-	$(BIN)/python -m bench.quality --presets default --seeds 0 1 2 --objectives
+	$(BIN)/python -m bench.quality --presets default --seeds 0 1 2
+	$(BIN)/python -m bench.quality --source amazon-beauty --presets default --seeds 0 1 2 --generative-seeds 0
+	$(BIN)/python -m bench.quality --source movielens-1m --presets default --seeds 0 1 2 --generative-seeds 0
 	$(BIN)/python -m bench.blend bench/runs/quality/default/seed-0 bench/runs/quality/default/seed-1 bench/runs/quality/default/seed-2 --models grpo sft
 
 ## SASRec's settings, and the pipeline on synthetic catalogs of 10^5 and 10^6 items.
