@@ -231,17 +231,18 @@ def seed_result(run: SeedRun) -> dict[str, Any]:
     """What a seed file keeps: the run's record (without its folder), the test means and the
     models picked on validation, the protocol, and per model the test users (by position in
     the split's test order, which every seed shares) whose target ranked within the top
-    :data:`TOP`, with that rank (1-based): enough to rebuild HR@10 and NDCG@10 per user."""
+    :data:`TOP`, with that rank (1-based), as ``"user:rank user:rank …"``: enough to rebuild
+    HR@10 and NDCG@10 per user."""
     test = run.users
     order = test.loc[test["model"] == "popularity", "user_id"].astype(str).tolist()
-    hits: dict[str, list[list[int]]] = {}
+    hits: dict[str, str] = {}
     for model, rows in test.groupby("model", sort=False):
         ndcg = rows[RATIO_METRIC].to_numpy()
         if rows["user_id"].astype(str).tolist() != order:
             raise InputError(f"{model}'s test rows are not in the users' order", path=run.folder)
         hit = np.flatnonzero(ndcg > 0)
         ranks = np.rint(2.0 ** (1.0 / ndcg[hit]) - 1.0).astype(int)  # ndcg = 1 / log2(rank + 1)
-        hits[str(model)] = [[int(u), int(r)] for u, r in zip(hit, ranks, strict=True)]
+        hits[str(model)] = " ".join(f"{u}:{r}" for u, r in zip(hit, ranks, strict=True))
     report = run.report
     return {
         "record": {  # the repo's own path written as <repo>: seed files merge across clones
@@ -265,8 +266,9 @@ def read_seed_file(path: Path) -> SeedRun:
     frames = []
     for model, hits in data["hits"].items():
         rank = np.full(n, TOP + 1)
-        for user, r in hits:
-            rank[user] = r
+        for pair in hits.split():
+            user, r = pair.split(":")
+            rank[int(user)] = int(r)
         within = rank <= TOP
         frames.append(
             pd.DataFrame(
