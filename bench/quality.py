@@ -94,7 +94,9 @@ from tasks.evaluate import BEST, BEST_BASELINE
 
 PRESET_KEY = "project.preset"
 TARGETS = {"default": 1.0, "quality": 1.15}
-"""Best generative / SASRec test NDCG@10 each preset aims at on ml-100k (no entry: no target)."""
+"""Best generative / SASRec test NDCG@10 each preset aims at on :data:`TARGETS_DATASET` (no
+entry: no target); other datasets have none here."""
+TARGETS_DATASET = "ml-100k"
 METRICS = ("hr@10", "ndcg@10")
 RATIO_METRIC = "ndcg@10"
 TOP = 10
@@ -339,10 +341,12 @@ def spread(values: list[float]) -> dict[str, Any]:
     }
 
 
-def summarize_preset(preset: str, runs: list[SeedRun], *, resamples: int) -> dict[str, Any]:
+def summarize_preset(
+    runs: list[SeedRun], *, resamples: int, target: float | None = None
+) -> dict[str, Any]:
     """Per model mean ± sd over the seeds that ran it; over the generative seeds best generative
-    / best baseline and / SASRec with their paired intervals and GRPO − SFT; minutes per stage
-    and the machine (from the first run's record)."""
+    / best baseline and / SASRec (against ``target``, if any) with their paired intervals and
+    GRPO − SFT; minutes per stage and the machine (from the first run's record)."""
     generative = [r for r in runs if r.generative]
     models = list(dict.fromkeys(m for r in runs for m in r.report["test"]))
     for model in models:
@@ -391,10 +395,10 @@ def summarize_preset(preset: str, runs: list[SeedRun], *, resamples: int) -> dic
         "history": (generative or runs)[0].report["protocol"].get("history"),
         "models": table,
         "best_generative_vs_best_baseline": (
-            best_vs(generative, best, BEST_BASELINE, preset, resamples) if generative else None
+            best_vs(generative, best, BEST_BASELINE, resamples) if generative else None
         ),
         "best_generative_vs_sasrec": (
-            best_vs(generative, best, "sasrec", preset, resamples) if generative else None
+            best_vs(generative, best, "sasrec", resamples, target) if generative else None
         ),
         "grpo_minus_sft": grpo_minus_sft(generative, resamples) if generative else None,
         "minutes": minutes,
@@ -428,7 +432,11 @@ def per_seed(runs: list[SeedRun], models: list[list[str]]) -> list[np.ndarray]:
 
 
 def best_vs(
-    runs: list[SeedRun], best: list[str], reference: str, preset: str, resamples: int
+    runs: list[SeedRun],
+    best: list[str],
+    reference: str,
+    resamples: int,
+    target: float | None = None,
 ) -> dict[str, Any]:
     """Ratio of the seed-averaged test means, best generative over ``reference`` (``sasrec``, or
     :data:`BEST_BASELINE`: each seed's own), with the paired bootstrap over users (one resample
@@ -453,7 +461,6 @@ def best_vs(
         "resamples": resamples,
     }
     if reference == "sasrec":
-        target = TARGETS.get(preset)
         out |= {"target": target, "met": None if target is None else interval.mean >= target}
     else:
         diff = paired_bootstrap_interval(
@@ -570,7 +577,8 @@ def build_report(
     report: dict[str, Any] = {"dataset": dataset, "presets": {}, "objectives": {}}
     for preset in presets:
         runs = seed_runs(seeds_dir, dataset, preset)
-        report["presets"][preset] = summarize_preset(preset, runs, resamples=resamples)
+        target = TARGETS.get(preset) if dataset == TARGETS_DATASET else None
+        report["presets"][preset] = summarize_preset(runs, resamples=resamples, target=target)
         first = first_generative(runs)
         if objectives and workdir is not None and first is not None:
             report["objectives"][preset] = {

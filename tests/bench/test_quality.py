@@ -34,6 +34,7 @@ from bench.quality import (
     METRICS,
     PLOT,
     PUBLISHED_NOTE,
+    TARGETS_DATASET,
     Source,
     build_report,
     load_seed_run,
@@ -63,7 +64,7 @@ from sidrec.stage import STAGES, Stage
 
 Scores = dict[str, dict[str, np.ndarray]]
 
-DATASET = "ml-test"
+DATASET = TARGETS_DATASET  # ml-100k: the dataset the presets' targets are for
 BASELINES = ("popularity", "sasrec", "ease")
 MODELS = (*BASELINES, "sft", "grpo")
 SEEDS = (0, 1, 2)
@@ -397,6 +398,8 @@ def test_published_figures_stand_apart_under_their_label(tmp_path: Path) -> None
     assert published["label"] == "published, their protocol"
     assert published["rows"]["TIGER"]["ndcg@10"] == 0.0384 and published["note"] == PUBLISHED_NOTE
     assert "TIGER" not in report["presets"]["default"]["models"]  # never mixed into our rows
+    sasrec = report["presets"]["default"]["best_generative_vs_sasrec"]
+    assert sasrec["target"] is None and sasrec["met"] is None  # the targets are ml-100k's
     text = tables(report)
     assert "**published, their protocol** — TIGER (Rajput et al." in text
     assert "| model | recall@5 | ndcg@5 | recall@10 | ndcg@10 |" in text
@@ -444,7 +447,7 @@ def test_the_json_holds_every_section_and_round_trips(tmp_path: Path, runs: Any)
 def test_tables_show_mean_sd_comparisons_history_and_minutes(
     tmp_path: Path, runs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reference = {"source": "metrics/eval.json", "dataset": "ml-100k", "relative_half_width": 0.2}
+    reference = {"source": "metrics/eval.json", "dataset": "ml-ref", "relative_half_width": 0.2}
     monkeypatch.setattr(bench.quality, "reference_half_width", lambda: reference)
     report = report_of(tmp_path)
     text, preset = tables(report), report["presets"]["default"]
@@ -469,7 +472,7 @@ def test_tables_show_mean_sd_comparisons_history_and_minutes(
     assert "target >= 1.00x: " + ("met" if ratio["met"] else "NOT met") in text
     rel = vs["relative_half_width"]
     assert (
-        f"relative half-width {rel:.3f} here against 0.200 on ml-100k (metrics/eval.json): "
+        f"relative half-width {rel:.3f} here against 0.200 on ml-ref (metrics/eval.json): "
         f"{rel / 0.2:.2f}x" in text
     )
     minutes = "| minutes (mean over the generative seeds) | ingest | baselines | sft | evaluate |"
