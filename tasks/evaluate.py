@@ -120,9 +120,10 @@ def evaluate(settings: Settings) -> StageResult:
 def score_models(
     settings: Settings, *, generative: bool = True
 ) -> tuple[dict[str, Any], pd.DataFrame]:
-    """``metrics/eval.json``'s report and the per-user scores, written by nobody: every model
-    ranks the same rows under one protocol. ``generative=False`` scores the baselines alone
-    (a baselines-only seed of ``bench.quality``: no SID model needs to exist)."""
+    """Rank the same rows with every model under one protocol and return ``metrics/eval.json``'s
+    report and the per-user scores, writing nothing (:func:`evaluate` writes them).
+    ``generative=False`` scores the baselines alone (a baselines-only seed of
+    ``bench.quality``: no SID model needs to exist)."""
     cfg, paths = settings.evaluate, settings.paths
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
