@@ -268,9 +268,12 @@ def test_a_built_in_source_comes_with_its_profile_and_its_dataset_name():
     beauty = load_settings(REPO / "params.yaml", ["ingest.source=amazon-beauty"])
     assert (beauty.profile, beauty.project.dataset) == ("amazon-beauty", "amazon-beauty")
     assert (beauty.split.max_history, beauty.sasrec.max_len) == (20, 20)
+    assert ml1m.sft.epochs == 4 and beauty.sft.epochs == default.sft.epochs
     # every other key is ml-100k's
-    for section in ("validate", "embed", "sids", "model", "sft", "grpo", "evaluate"):
+    for section in ("validate", "embed", "sids", "model", "grpo", "evaluate"):
         assert ml1m.section(section) == beauty.section(section) == default.section(section)
+    assert ml1m.section("sft") == {**default.section("sft"), "epochs": 4}
+    assert beauty.section("sft") == default.section("sft")
     off = load_settings(
         REPO / "params.yaml", ["ingest.source=movielens-1m", "project.profile=none"]
     )
@@ -384,7 +387,12 @@ def test_a_resolved_config_with_a_profile_round_trips(tmp_path):
     # the layers in force hold the sections' values (--set changed one), so they apply alike
     layers = {"profiles": {}, "presets": {}}
     assert again.model_copy(update=layers) == settings.model_copy(update=layers)
-    assert again.profiles["movielens-1m"] == {"split.max_history": 50, "sasrec.max_len": 200}
+    assert again.profiles["movielens-1m"] == {
+        "split.max_history": 50,
+        "sasrec.max_len": 200,
+        "sft.epochs": settings.sft.epochs,  # the quality preset's, applied after the profile
+    }
+    assert settings.sft.epochs == settings.presets["quality"]["sft.epochs"]
 
 
 def test_stages_that_read_a_profiles_keys_declare_the_profile():
