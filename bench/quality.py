@@ -350,7 +350,7 @@ def summarize_preset(
     generative = [r for r in runs if r.generative]
     models = list(dict.fromkeys(m for r in runs for m in r.report["test"]))
     for model in models:
-        ran = [r for r in (generative if model in ("sft", "grpo") else runs)]
+        ran = generative if model in ("sft", "grpo") else runs
         missing = [r.folder.name for r in ran if model not in r.report["test"]]
         if missing:
             raise InputError(
@@ -376,15 +376,15 @@ def summarize_preset(
         m: spread([r.report["test"][b][m] for r, b in zip(runs, baselines, strict=True)])
         for m in METRICS
     }
-    stages = list(dict.fromkeys(s for r in runs for s in r.record["seconds"]))
+    timed = generative or runs  # a generative seed's record holds every stage's seconds
+    stages = list(dict.fromkeys(s for r in timed for s in r.record["seconds"]))
     minutes = {}
     for stage in stages:
-        ran = [r for r in (generative or runs) if stage in r.record["seconds"]]
-        ran = ran or [r for r in runs if stage in r.record["seconds"]]
+        ran = [r for r in timed if stage in r.record["seconds"]]
         minutes[stage] = round(statistics.fmean(r.record["seconds"][stage] for r in ran) / 60, 2)
     if generative:
         minutes["total"] = round(sum(minutes.values()), 2)
-    record = (generative or runs)[0].record
+    record = timed[0].record
     return {
         "seeds": [r.record["seed"] for r in runs],
         "generative_seeds": [r.record["seed"] for r in generative],
