@@ -154,7 +154,12 @@ def choose_ease(
     )
     started = time.perf_counter()
     l2, ease = choose_l2(
-        item_ids=item_ids, train=train, recency=cfg.recency, grid=cfg.l2_grid, rows=rows
+        item_ids=item_ids,
+        train=train,
+        recency=cfg.recency,
+        grid=cfg.l2_grid,
+        rows=rows,
+        edge_steps=cfg.l2_edge_steps,
     )
     alpha = choose_alpha(
         sasrec=sasrec_scorer(sasrec), ease=ease_scorer(ease), alphas=cfg.blend_alphas, rows=rows

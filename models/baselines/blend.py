@@ -42,7 +42,7 @@ class Choice(NamedTuple):
 
     value: float
     scores: dict[float, float]
-    """Grid value → mean :data:`SELECTION_METRIC` on the rows (grid order)."""
+    """Value tried → mean :data:`SELECTION_METRIC` on the rows (in the order tried)."""
 
 
 def sasrec_scorer(model: SASRec) -> Scorer:
@@ -97,16 +97,24 @@ def choose_l2(
     recency: float,
     grid: Sequence[float],
     rows: Rows,
+    edge_steps: int = 0,
     batch_size: int = BATCH_SIZE,
 ) -> tuple[Choice, EASE]:
     """EASE fitted on ``train`` at each L2 of ``grid`` (``XᵀX`` computed once), scored on
-    ``rows``; returns the choice (ties: the earlier grid value) and the model fitted at it."""
+    ``rows``; returns the choice (ties: the earlier value) and the model fitted at it.
+
+    Where the best is the grid's smallest or largest value (of two or more), up to
+    ``edge_steps`` values past that edge are tried too, each one grid ratio (that of the two
+    values nearest the edge) further out, for as long as each one improves on the best."""
     if not grid:
         raise ValueError("the L2 grid is empty; give at least one value")
     gram: np.ndarray | None = None
     scores: dict[float, float] = {}
     best: EASE | None = None
-    for l2 in grid:
+
+    def fit(l2: float) -> bool:
+        """Score EASE at ``l2``; True where it is the new best."""
+        nonlocal gram, best
         model = EASE(item_ids=item_ids, l2=l2, recency=recency)
         gram = model.gram(train) if gram is None else gram
         (scores[model.l2],) = _mean_metric(
@@ -114,7 +122,18 @@ def choose_l2(
         ).values()
         if best is None or scores[model.l2] > scores[best.l2]:
             best = model
+            return True
+        return False
+
+    for l2 in grid:
+        fit(l2)
     assert best is not None
+    ordered = sorted(set(grid))
+    if len(ordered) > 1 and best.l2 in (ordered[0], ordered[-1]):
+        step = ordered[0] / ordered[1] if best.l2 == ordered[0] else ordered[-1] / ordered[-2]
+        for _ in range(edge_steps):
+            if not fit(best.l2 * step):
+                break
     return Choice(best.l2, scores), best
 
 

@@ -57,6 +57,10 @@ class EaseConfig(_Section):
     """EASE's L2 penalties λ (the closed form inverts XᵀX + λI) tried; the one with the best
     NDCG@10 on the validation selection half is kept (ties: the earlier value). Each value is
     one dense inverse of the catalog (seconds for 1,682 items, minutes for 10^4)."""
+    l2_edge_steps: int = Field(2, ge=0)
+    """Where the best of ``l2_grid`` is its smallest or largest value, up to this many more
+    values past that edge (each one grid ratio further out) are tried, while each improves on
+    the best: the choice is not left at the grid's edge. 0 tries the grid alone."""
     recency: float = Field(0.9, gt=0, le=1)
     """The weight of a history item one step older than the next (the newest is 1); 1 reads
     the history as a set (plain EASE)."""

@@ -128,6 +128,30 @@ def test_choose_l2_keeps_the_best_value_of_the_grid(data):
     )
 
 
+@pytest.mark.parametrize(
+    ("grid", "edge_steps", "tried", "kept"),
+    [
+        # the best is the top edge: ×10/3 past it while it improves (3.3 and 11.1 do, 37 not)
+        ([0.3, 1.0], 3, [0.3, 1.0, 10 / 3, 100 / 9, 1000 / 27], 100 / 9),
+        # the bottom edge: ×0.3 twice, both better, then the steps run out
+        ([300.0, 1000.0], 2, [300.0, 1000.0, 90.0, 27.0], 27.0),
+        ([300.0, 1000.0], 0, [300.0, 1000.0], 300.0),
+        ([1.0, 10.0, 100.0], 2, [1.0, 10.0, 100.0], 10.0),  # an inner best: the grid alone
+    ],
+)
+def test_choose_l2_goes_past_the_grid_edge_while_it_improves(data, grid, edge_steps, tried, kept):
+    """On these rows NDCG@10 rises with L2 up to ~10 and falls after it."""
+    train, rows = data
+    choice, model = choose_l2(
+        item_ids=ITEMS, train=train, recency=0.9, grid=grid, rows=rows, edge_steps=edge_steps
+    )
+    assert list(choice.scores) == pytest.approx(tried)
+    for l2, score in choice.scores.items():
+        fitted = EASE(item_ids=ITEMS, l2=l2, recency=0.9).fit(train)
+        assert score == pytest.approx(_ndcg10(fitted.inputs(rows.histories) @ fitted.weights, rows))
+    assert choice.value == pytest.approx(kept) and model.l2 == choice.value
+
+
 def test_choose_alpha_keeps_the_best_weight_and_the_earlier_of_ties():
     """SASRec ranks each target last, EASE first: α 0 misses every target, and every α that
     lets EASE lead hits it first (a tie the earlier α wins)."""
