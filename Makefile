@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # e.g. --index-url https://download.pytorch.org/whl/cpu where the registry's torch is a CUDA build
 TORCH_PIP_ARGS ?=
 
-.PHONY: install run test test-fast lint repro bench bench-quality bench-baselines bench-scale clean
+.PHONY: install run test test-fast lint repro bench bench-quality bench-baselines bench-scale clean stack-test
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ run: $(STAMP)
 ## can put all the minute-long tests on one worker).
 test: $(STAMP) lint
 	$(BIN)/pytest -m 'slow or not slow' --durations=15 -n 2 --dist loadgroup
+
+## The compose stack for real (docker/stack-test.sh): images built, stack up, a retrain started
+## from the Prefect UI in headless chromium, restart, teardown; as root (images are cached).
+stack-test: $(STAMP)
+	PYTHON=$(CURDIR)/$(BIN)/python bash docker/stack-test.sh
 
 test-fast: $(STAMP)
 	$(BIN)/pytest
