@@ -1,6 +1,6 @@
 # A stand-in for MinIO and its `mc` client where no image registry is reachable (`make
 # stack-test`): moto's S3 server (the integration tests' S3 API) and boto3 for the buckets.
-# moto keeps the objects in memory: they live as long as the container.
+# docker/s3_standin.py keeps moto's objects across restarts, in the minio-data volume.
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/venv/bin:$PATH
@@ -10,3 +10,4 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/venv
 RUN pip install 'moto[server]==5.2.5' boto3==1.43.117
+COPY s3_standin.py /usr/local/bin/s3_standin.py

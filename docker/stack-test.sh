@@ -13,8 +13,10 @@
 #   4. `prefect deploy --name retrain-manual` in the cpu worker, the tiny project written there
 #      (tests/integration/stack/tiny_project.py), then tests/integration/stack/test_stack.py:
 #      a real browser starts the run from the Prefect UI and checks MLflow's UI
-#   5. `sidrec recommend` in the worker answers from the champion; the stack goes down and up
-#      again and the runs, versions and alias are still there (test_stack.py, --restarted)
+#   5. `sidrec recommend` in the worker answers from the champion; `dvc push` of the tiny
+#      project to the stack's bucket and `dvc pull` into a clean copy reproduce without
+#      recomputing (docker/stack-dvc-roundtrip.sh); the stack goes down and up again and the
+#      runs, versions, alias and both buckets are still there (test_stack.py, restarted)
 #   6. always (trap): `down -v`, then a check that no container, network or volume is left
 #
 # Logs, the env file and the browser's screenshots go to runs/stack-test/<UTC time>/ (or
@@ -207,6 +209,7 @@ in_worker python -m tests.integration.stack.tiny_project data/stack-test
 
 export STACK_PREFECT_URL="http://127.0.0.1:$PREFECT_PORT" STACK_MLFLOW_URL="http://127.0.0.1:$MLFLOW_PORT"
 export STACK_S3_URL="http://127.0.0.1:$MINIO_PORT" STACK_OUT=$OUT STACK_BUCKET=$MLFLOW_BUCKET
+export STACK_DVC_BUCKET=$DVC_BUCKET
 export STACK_CONFIG=data/stack-test/params.yaml
 pytest_stack() {
     "$PYTHON" -m pytest -p no:cacheprovider -m 'slow or not slow' -o addopts='' -ra \
@@ -223,6 +226,11 @@ in_worker sidrec recommend --config "$STACK_CONFIG" --user u3 --k 5 >"$OUT/recom
     fail "sidrec recommend: $(tail -20 "$OUT/recommend.log")"
 grep -q "version" "$OUT/recommend.log" || fail "sidrec recommend printed no table: $(cat "$OUT/recommend.log")"
 cat "$OUT/recommend.log" >&2
+
+say "dvc repro, push to the stack's bucket, pull into a clean copy (log: $OUT/dvc.log)"
+in_worker bash docker/stack-dvc-roundtrip.sh "$STACK_CONFIG" >"$OUT/dvc.log" 2>&1 ||
+    fail "dvc push / pull: $(tail -20 "$OUT/dvc.log")"
+tail -1 "$OUT/dvc.log" >&2
 
 say "docker compose down (volumes kept) and up again"
 compose down --timeout 20 >"$OUT/restart.log" 2>&1 || fail "down: $(tail -20 "$OUT/restart.log")"

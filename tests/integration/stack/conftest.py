@@ -25,6 +25,7 @@ class Stack:
     mlflow: str  # MLflow server (UI and API)
     s3: str  # the S3 API standing in for MinIO
     bucket: str  # MLflow's artifact bucket
+    dvc_bucket: str  # the DVC remote's bucket
     config: str  # the tiny project's params.yaml, relative to the worker's project folder
     out: Path  # the test's output folder (screenshots go to out/screenshots)
 
@@ -37,9 +38,22 @@ def stack() -> Stack:
         mlflow=env["STACK_MLFLOW_URL"],
         s3=env["STACK_S3_URL"],
         bucket=env["STACK_BUCKET"],
+        dvc_bucket=env["STACK_DVC_BUCKET"],
         config=env["STACK_CONFIG"],
         out=Path(env["STACK_OUT"]),
     )
+
+
+def bucket_keys(stack: Stack, bucket: str) -> list[str]:
+    """Every object key in ``bucket`` of the stack's S3 store."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3", endpoint_url=stack.s3, region_name="us-east-1",
+        aws_access_key_id="any", aws_secret_access_key="any",
+    )  # fmt: skip
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
 
 
 @pytest.fixture
