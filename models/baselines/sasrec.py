@@ -152,25 +152,35 @@ class SASRec(nn.Module):
     def n_items(self) -> int:
         return len(self.item_ids)
 
-    def forward(self, seqs: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        seqs: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """(B, L) embedding rows (0 = padding, left-padded, L <= max_len) → (B, L, hidden).
 
         Positions are counted from the right, so a row's last item always sits at position
-        max_len - 1 however long the batch is.
+        max_len - 1 however long the batch is. A packed batch (:func:`_pack`) passes each
+        column's ``positions`` and ``segments`` (B, L): the window a column belongs to, 0 for
+        padding; a column then attends only to earlier columns of its own window, so each
+        window computes what it would alone in its own left-padded row.
         """
         length = seqs.shape[1]
         if length > self.config.max_len:
             raise ValueError(f"sequences of length {length} exceed max_len={self.config.max_len}")
         pad = seqs == 0
-        positions = torch.arange(
-            self.config.max_len - length, self.config.max_len, device=seqs.device
-        )
+        if positions is None:
+            positions = torch.arange(
+                self.config.max_len - length, self.config.max_len, device=seqs.device
+            )
         x = self.item_emb(seqs) * math.sqrt(self.config.hidden) + self.pos_emb(positions)
         x = self.emb_dropout(x).masked_fill(pad[..., None], 0.0)
-        return self.encoder(x, mask=self._attention_mask(pad))
+        return self.encoder(x, mask=self._attention_mask(pad, segments))
 
-    def _attention_mask(self, pad: torch.Tensor) -> torch.Tensor:
-        """(B·heads, L, L) bool, True = may not attend: future items and padding keys.
+    def _attention_mask(self, pad: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:
+        """(B·heads, L, L) bool, True = may not attend: future items, padding keys and (in a
+        packed batch) other windows' keys.
 
         A padding query may attend to itself, so no row is fully masked (that would give NaN);
         real queries never see padding (it only precedes them).
@@ -179,6 +189,8 @@ class SASRec(nn.Module):
         future = torch.ones(length, length, dtype=torch.bool, device=pad.device).triu(1)
         itself = torch.eye(length, dtype=torch.bool, device=pad.device)
         blocked = future | (pad[:, None, :] & ~itself)
+        if segments is not None:
+            blocked |= segments[:, None, :] != segments[:, :, None]
         return blocked.repeat_interleave(self.config.heads, dim=0)
 
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -231,14 +243,17 @@ def recommend(
     encoded = encode_histories(histories, model.index, "histories")
     banned = None if exclude is None else encode_histories(exclude, model.index, "exclusions")
     device = next(model.parameters()).device
-    out = [np.empty((0, k), dtype=np.int64)]
+    # batches of similar lengths pad less; each row's ranking does not depend on its batch
+    order = np.argsort([min(len(h), model.config.max_len) for h in encoded], kind="stable")
+    out = np.empty((len(encoded), k), dtype=np.int64)
     with model.inference():
         for start in range(0, len(encoded), batch_size):
-            batch = encoded[start : start + batch_size]
+            rows = order[start : start + batch_size]
+            batch = [encoded[r] for r in rows]
             hidden = model(_pad_left(batch, model.config.max_len).to(device))[:, -1]
-            rows = None if banned is None else banned[start : start + batch_size]
-            out.append(topk_from_scores(model.scores(hidden), k, exclude=rows))
-    return np.concatenate(out)
+            seen = None if banned is None else [banned[r] for r in rows]
+            out[rows] = topk_from_scores(model.scores(hidden), k, exclude=seen)
+    return out
 
 
 def evaluate_sasrec(
@@ -292,6 +307,57 @@ def _seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+class _Packed(NamedTuple):
+    """A batch of windows packed into rows of ``max_len`` columns (:func:`_pack`)."""
+
+    inputs: torch.Tensor
+    """(R, max_len) embedding rows, 0 = padding."""
+    targets: torch.Tensor
+    """(R, max_len) item indices, -1 = no loss."""
+    positions: torch.Tensor
+    """(R, max_len) each column's position: a window of length l holds max_len - l … max_len - 1."""
+    segments: torch.Tensor
+    """(R, max_len) which window of its row a column belongs to (1, 2, …), 0 = padding."""
+
+
+def _pack(inputs: torch.Tensor, targets: torch.Tensor) -> _Packed:
+    """Place the windows of one batch side by side in as few rows as first-fit finds.
+
+    A left-padded window of length l spends max_len - l columns on padding; most of a
+    MovieLens-1M batch is padding. Packed, each window keeps its own positions and attends
+    only to itself (:meth:`SASRec.forward`), so the loss and its gradient are those of the
+    unpacked batch, at the cost of fewer rows.
+    """
+    width = inputs.shape[1]
+    lengths = (inputs != 0).sum(1).tolist()
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for window in sorted(range(len(lengths)), key=lambda w: -lengths[w]):
+        row = next((r for r, room in enumerate(free) if room >= lengths[window]), len(rows))
+        if row == len(rows):
+            rows.append([])
+            free.append(width)
+        rows[row].append(window)
+        free[row] -= lengths[window]
+    packed = _Packed(
+        inputs.new_zeros(len(rows), width),
+        targets.new_full((len(rows), width), -1),
+        inputs.new_zeros(len(rows), width),
+        inputs.new_zeros(len(rows), width),
+    )
+    for row, windows in enumerate(rows):
+        end = width
+        for number, window in enumerate(windows, start=1):
+            length = lengths[window]
+            cols = slice(end - length, end)
+            packed.inputs[row, cols] = inputs[window, width - length :]
+            packed.targets[row, cols] = targets[window, width - length :]
+            packed.positions[row, cols] = torch.arange(width - length, width)
+            packed.segments[row, cols] = number
+            end -= length
+    return packed
+
+
 def _train_epoch(
     model: SASRec,
     inputs: torch.Tensor,
@@ -299,14 +365,16 @@ def _train_epoch(
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
 ) -> float:
-    """One shuffled pass over the windows; returns the mean cross-entropy per batch."""
+    """One shuffled pass over the windows, each batch packed (:func:`_pack`); returns the mean
+    cross-entropy per batch."""
     model.train()
     device = next(model.parameters()).device
     losses = []
     for batch in torch.randperm(len(inputs), generator=generator).split(model.config.batch_size):
-        x, y = inputs[batch].to(device), targets[batch].to(device)
-        keep = y >= 0
-        loss = F.cross_entropy(model.scores(model(x)[keep]), y[keep])
+        packed = _Packed(*(t.to(device) for t in _pack(inputs[batch], targets[batch])))
+        keep = packed.targets >= 0
+        hidden = model(packed.inputs, packed.positions, packed.segments)
+        loss = F.cross_entropy(model.scores(hidden[keep]), packed.targets[keep])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

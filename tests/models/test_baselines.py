@@ -16,6 +16,8 @@ from models.baselines.sasrec import (
     SASRec,
     SASRecConfig,
     SASRecTrainResult,
+    _pack,
+    _windows,
     evaluate_sasrec,
     load_sasrec,
     recommend,
@@ -191,6 +193,34 @@ def test_left_padding_does_not_change_a_rows_scores(trained: SASRecTrainResult) 
     batched = recommend(trained.model, [long, short, []], N_ITEMS)
     assert np.array_equal(batched[1:2], alone)
     assert (batched[2] >= 0).all()  # an empty history still gets a (finite) ranking
+
+
+def test_a_packed_batch_has_the_loss_and_gradients_of_its_windows_apart() -> None:
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    sequences = [rng.integers(0, N_ITEMS, n).tolist() for n in (2, 3, 5, 9, 14, 4, 7, 2)]
+    inputs, targets = _windows(sequences, max_len=6)
+    packed = _pack(inputs, targets)
+    assert len(packed.inputs) < len(inputs)
+    assert sorted(packed.targets[packed.targets >= 0].tolist()) == sorted(
+        targets[targets >= 0].tolist()
+    )
+    model = SASRec(item_ids=ITEMS, config=SASRecConfig(max_len=6, hidden=8, heads=2)).eval()
+
+    def loss_and_grads(x, y, *extra):
+        model.zero_grad()
+        keep = y >= 0
+        loss = torch.nn.functional.cross_entropy(model.scores(model(x, *extra)[keep]), y[keep])
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters()]
+
+    loss, grads = loss_and_grads(inputs, targets)
+    packed_loss, packed_grads = loss_and_grads(
+        packed.inputs, packed.targets, packed.positions, packed.segments
+    )
+    assert packed_loss == pytest.approx(loss, rel=1e-6)
+    for grad, packed_grad in zip(grads, packed_grads, strict=True):
+        torch.testing.assert_close(packed_grad, grad, rtol=1e-5, atol=1e-6)
 
 
 def test_recommend_rejects_unknown_items(trained: SASRecTrainResult) -> None:
