@@ -326,7 +326,7 @@ def _pack(inputs: torch.Tensor, targets: torch.Tensor) -> _Packed:
     A left-padded window of length l spends max_len - l columns on padding; most of a
     MovieLens-1M batch is padding. Packed, each window keeps its own positions and attends
     only to itself (:meth:`SASRec.forward`), so the loss and its gradient are those of the
-    unpacked batch, at the cost of fewer rows.
+    unpacked batch, in fewer rows.
     """
     width = inputs.shape[1]
     lengths = (inputs != 0).sum(1).tolist()
