@@ -58,13 +58,17 @@ class Screens:
 def wait_for(browser: Any, xpath: str, timeout: float = 60) -> Any:
     """The first element matching ``xpath`` that is displayed and enabled (the UI keeps hidden
     copies of some controls for other layouts)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     def shown(driver: Any) -> Any:
         found = driver.find_elements("xpath", xpath)
         return next((el for el in found if el.is_displayed() and el.is_enabled()), False)
 
-    return WebDriverWait(browser, timeout).until(shown, f"nothing shown matches {xpath}")
+    # The single-page UIs re-render while loading: an element found a moment ago may be gone
+    # by the time it is asked whether it is displayed, and the next poll finds the new one.
+    wait = WebDriverWait(browser, timeout, ignored_exceptions=(StaleElementReferenceException,))
+    return wait.until(shown, f"nothing shown matches {xpath}")
 
 
 def field(name: str, control: str = "") -> str:
