@@ -165,14 +165,23 @@ def copy_finished(source: Path, copy: Path, needs: Stage) -> dict[str, Any]:
     return record
 
 
+DIGEST_NEUTRAL: dict[tuple[str, str], Any] = {("sasrec", "lr_schedule"): "constant"}
+"""Keys added after runs were recorded, each with the value whose code path those runs took:
+a digest leaves the key out while it holds that value, so their records stay current."""
+
+
 def settings_digest(
     folder: Path, overrides: Sequence[str], sections: Sequence[str] | None = None
 ) -> str:
-    """SHA-256 of a run's resolved settings (``sections`` of them only, if given), with paths
-    inside ``folder`` or the repo written relative to them: a folder that travels inside its
-    repo (prepared on one machine, trained on another) keeps its digest."""
+    """SHA-256 of a run's resolved settings (``sections`` of them only, if given; the keys of
+    :data:`DIGEST_NEUTRAL` at their neutral value left out), with paths inside ``folder`` or the
+    repo written relative to them: a folder that travels inside its repo (prepared on one
+    machine, trained on another) keeps its digest."""
     folder = folder.resolve()
     resolved = folder_settings(folder, overrides).to_yaml_dict()
+    for (section, key), neutral in DIGEST_NEUTRAL.items():
+        if resolved.get(section, {}).get(key, neutral) == neutral:
+            resolved.get(section, {}).pop(key, None)
     if sections is not None:
         resolved = {k: v for k, v in resolved.items() if k in sections}
     text = json.dumps(resolved, sort_keys=True)

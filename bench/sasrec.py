@@ -1,4 +1,5 @@
-"""Benchmark: the SASRec baseline's settings on MovieLens-100k, 2 CPU threads.
+"""Benchmark: the SASRec baseline's settings (params.yaml's source, MovieLens-100k, unless
+``--set ingest.source=…`` names another, whose dataset profile then applies), 2 CPU threads.
 
     python -m bench.sasrec                            # max_len 20 (= split.max_history) vs 50
     python -m bench.sasrec --max-len 20 --max-len 50 --set sasrec.patience=10
@@ -185,7 +186,7 @@ def main() -> None:
 
     first = results[0]["scores"]
     print(
-        f"MovieLens-100k, {settings.split.method}, histories <= split.max_history = "
+        f"{settings.project.dataset}, {settings.split.method}, histories <= split.max_history = "
         f"{settings.split.max_history}; {args.threads} CPU threads; gate half "
         f"{len(first['gate users'])} users, test {len(first['test users'])} users"
     )

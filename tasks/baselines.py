@@ -69,6 +69,7 @@ def sasrec_config(settings: Settings) -> SASRecConfig:
         lr=cfg.lr,
         batch_size=cfg.batch_size,
         max_epochs=cfg.max_epochs,
+        lr_schedule=cfg.lr_schedule,
         patience=cfg.patience,
         seed=settings.project.seed,
     )

@@ -55,6 +55,9 @@ from sidrec.progress import ProgressBar
 logger = logging.getLogger(__name__)
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
 @dataclass(frozen=True)
 class SASRecConfig:
     """Architecture, optimization and early-stopping options (defaults: the paper's, tuned for CPU)."""
@@ -81,6 +84,9 @@ class SASRecConfig:
     """Training windows per mini-batch (paper: 128)."""
     max_epochs: int = 200
     """Upper bound on passes over the training windows."""
+    lr_schedule: str = "constant"
+    """"constant", or "cosine": the rate falls along a half cosine from ``lr`` at the first
+    step to 0 at the end of ``max_epochs``."""
     # --- checkpoint selection
     patience: int = 20
     """Stop after this many epochs without a better validation NDCG@10; the best epoch is restored.
@@ -105,6 +111,7 @@ class SASRecConfig:
             ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("max_epochs", self.max_epochs >= 1, ">= 1"),
+            ("lr_schedule", self.lr_schedule in LR_SCHEDULES, f"one of {LR_SCHEDULES}"),
             ("patience", self.patience >= 1, ">= 1"),
             ("eval_every", self.eval_every >= 1, ">= 1"),
             ("seed", self.seed >= 0, ">= 0"),
@@ -275,7 +282,8 @@ class SASRecTrainResult(NamedTuple):
     best_epoch: int
     best_valid_ndcg10: float
     history: list[dict[str, float]]
-    """One record per evaluation: epoch, mean training loss, and every validation hr@K / ndcg@K."""
+    """One record per evaluation: epoch, mean training loss, the learning rate of the epoch's
+    first step, and every validation hr@K / ndcg@K."""
     windows: int
     """Training windows (of at most ``max_len`` transitions) the train split was cut into."""
 
@@ -364,9 +372,10 @@ def _train_epoch(
     targets: torch.Tensor,
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
+    schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> float:
-    """One shuffled pass over the windows, each batch packed (:func:`_pack`); returns the mean
-    cross-entropy per batch."""
+    """One shuffled pass over the windows, each batch packed (:func:`_pack`), ``schedule``
+    stepped after every optimizer step; returns the mean cross-entropy per batch."""
     model.train()
     device = next(model.parameters()).device
     losses = []
@@ -378,8 +387,25 @@ def _train_epoch(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         losses.append(loss.item())
     return float(np.mean(losses))
+
+
+def _lr_schedule(
+    optimizer: torch.optim.Optimizer, config: SASRecConfig, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """None for a constant rate; for "cosine", a factor of ``lr`` falling along a half cosine
+    from 1 at the first step to 0 at the end of ``max_epochs``."""
+    if config.lr_schedule == "constant":
+        return None
+    total = config.max_epochs * steps_per_epoch
+
+    def factor(step: int) -> float:
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _validation_data(
@@ -415,16 +441,20 @@ def train_sasrec(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay
     )
+    steps_per_epoch = math.ceil(len(inputs) / config.batch_size)
+    schedule = _lr_schedule(optimizer, config, steps_per_epoch)
     history: list[dict[str, float]] = []
     best: dict[str, float] = {"epoch": 0, "ndcg@10": -1.0}
     best_state: dict[str, Any] = {}
     bar = ProgressBar(range(1, config.max_epochs + 1), desc="sasrec", disable=not progress)
     for epoch in bar:
-        loss = _train_epoch(model, inputs, targets, optimizer, generator)
+        lr = optimizer.param_groups[0]["lr"]
+        loss = _train_epoch(model, inputs, targets, optimizer, generator, schedule)
         if epoch % config.eval_every and epoch != config.max_epochs:
             continue
         topk = recommend(model, valid_histories, max(DEFAULT_KS), exclude=exclude)
-        record = {"epoch": epoch, "loss": loss, **rank_metrics(topk, valid_targets, DEFAULT_KS)}
+        metrics = rank_metrics(topk, valid_targets, DEFAULT_KS)
+        record = {"epoch": epoch, "loss": loss, "lr": lr, **metrics}
         history.append(record)
         bar.set_postfix(loss=f"{loss:.4f}", ndcg10=f"{record['ndcg@10']:.4f}")
         if record["ndcg@10"] > best["ndcg@10"]:

@@ -30,6 +30,10 @@ class SasrecConfig(_Section):
     """Training windows per mini-batch."""
     max_epochs: int = Field(200, ge=1)
     """Upper bound on passes over the training windows."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """``constant``: every step at ``lr``; ``cosine``: the rate falls along a half cosine from
+    ``lr`` at the first step to 0 at the end of ``max_epochs`` (early stopping may end the
+    run before)."""
     patience: int = Field(20, ge=1)
     """Stop after this many epochs without a better NDCG@10 on the selection half of the
     validation users; the best epoch is kept. 20 rather than 5, so the baseline is trained to

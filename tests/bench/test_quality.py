@@ -692,6 +692,17 @@ def test_a_folder_prepared_until_a_stage_is_trained_from_the_next_one(
     assert ensure_run(folder, ["project.seed=3"], "evaluate", start="sft") == record  # reused
 
 
+def test_a_key_at_its_neutral_value_leaves_the_digest_it_had_before_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, seed = tmp_path / "seed-0", ["project.seed=0"]
+    neutral = settings_digest(folder, seed)
+    assert settings_digest(folder, [*seed, "sasrec.lr_schedule=constant"]) == neutral
+    assert settings_digest(folder, [*seed, "sasrec.lr_schedule=cosine"]) != neutral
+    monkeypatch.setattr(bench.common, "DIGEST_NEUTRAL", {})  # the key counted like any other
+    assert settings_digest(folder, seed) != neutral
+
+
 def test_the_settings_digest_survives_a_move_of_the_folder(tmp_path: Path) -> None:
     """Paths inside the run folder are recorded relative to it; other settings still count."""
     a, b = tmp_path / "here" / "seed-0", tmp_path / "there" / "seed-0"

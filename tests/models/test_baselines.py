@@ -152,6 +152,21 @@ def test_sasrec_training_changes_every_parameter(splits: dict[str, pd.DataFrame]
     assert again.history == result.history  # seeded: the same run twice
 
 
+def test_a_cosine_schedule_falls_from_lr_towards_zero_over_max_epochs_and_constant_stays(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    config = tiny_config(max_epochs=4, patience=10, lr_schedule="cosine")
+    cosine = train_sasrec(splits["train"], splits["valid"], ITEMS, config, progress=False)
+    assert cosine.windows > config.batch_size  # several steps an epoch
+    expected = [0.5 * (1 + np.cos(np.pi * e / 4)) * config.lr for e in range(4)]
+    assert [r["lr"] for r in cosine.history] == pytest.approx(expected)
+    constant = train_sasrec(
+        splits["train"], splits["valid"], ITEMS, tiny_config(max_epochs=4), progress=False
+    )
+    assert [r["lr"] for r in constant.history] == [config.lr] * 4
+    assert cosine.history[-1]["loss"] != constant.history[-1]["loss"]  # the rate was applied
+
+
 def test_sasrec_validates_with_the_given_exclusions(splits: dict[str, pd.DataFrame]) -> None:
     # excluding every validation target leaves nothing to hit: the exclusion reaches the
     # metric the checkpoint is chosen on
@@ -242,7 +257,11 @@ def test_train_sasrec_rejects_bad_input(splits: dict[str, pd.DataFrame]) -> None
 
 @pytest.mark.parametrize(
     ("overrides", "match"),
-    [({"heads": 3}, "heads must be a divisor of hidden"), ({"dropout": 1.0}, "dropout")],
+    [
+        ({"heads": 3}, "heads must be a divisor of hidden"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
+    ],
 )
 def test_sasrec_config_rejects_bad_values(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
