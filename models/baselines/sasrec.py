@@ -396,16 +396,12 @@ def _train_epoch(
 def _lr_schedule(
     optimizer: torch.optim.Optimizer, config: SASRecConfig, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """None for a constant rate; for "cosine", a factor of ``lr`` falling along a half cosine
-    from 1 at the first step to 0 at the end of ``max_epochs``."""
+    """None for a constant rate; for "cosine", torch's cosine annealing from ``lr`` at the
+    first step to 0 at the end of ``max_epochs`` (training never steps past it)."""
     if config.lr_schedule == "constant":
         return None
     total = config.max_epochs * steps_per_epoch
-
-    def factor(step: int) -> float:
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total, eta_min=0.0)
 
 
 def _validation_data(
