@@ -6,6 +6,7 @@ blend, SFT, GRPO) on one source, beside the published figures of that dataset's 
     python -m bench.quality --presets default --seeds 0    # one preset, one seed
     python -m bench.quality --set sft.epochs=1             # any params.yaml key, for every run
     python -m bench.quality --skip-run                     # tables, JSON and plot from the seed files
+    python -m bench.quality --source movielens-1m --seeds 0 --carry-out   # an unfinished SASRec, to commit
     python -m bench.quality --presets quality --until baselines   # prepare the folders (a CPU),
     python -m bench.quality --presets quality --start sft         # then train there (a GPU)
     python -m bench.quality --objectives sequence rows     # and SFT's validation curve per objective
@@ -24,7 +25,11 @@ Each seed's result is then kept in a small JSON file, ``metrics/quality-seeds/<d
 <preset>/seed-<s>.json`` (its record, test means and, per model, the test users whose target
 is in the top 10 with its rank): committed, so seeds run in different sessions or on other
 machines merge; a seed file with the same settings is never rerun, and the report reads every
-seed file of the preset (``--skip-run``: without running anything). ``--until`` stops the runs
+seed file of the preset (``--skip-run``: without running anything). A seed whose SASRec
+outlasts a working session travels the same way: ``--carry-out`` (beside the running bench)
+copies each run folder's SASRec training state to ``seed-<s>.sasrec-resume.pt`` beside its
+seed file; a later run of that seed puts it back into its folder and SASRec goes on after the
+carried epoch (``train_sasrec(resume=...)``); the file goes once the seed file is written. ``--until`` stops the runs
 after a stage (no report); ``--start`` runs from a stage in folders prepared that way with the
 same options, which may have travelled inside the repo to another machine. Every run scores the
 same test users (the split does not depend on the seed). Per preset it prints:
@@ -65,7 +70,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -175,6 +182,35 @@ def run_folder(workdir: Path, preset: str, seed: int, objective: str | None = No
 
 def seed_file(seeds_dir: Path, dataset: str, preset: str, seed: int) -> Path:
     return seeds_dir / dataset / preset / f"seed-{seed}.json"
+
+
+def carried_state(path: Path) -> Path:
+    """Where a seed's unfinished SASRec training state travels between sessions: beside its
+    seed file ``path`` (``seed-<s>.sasrec-resume.pt``), committed like it."""
+    return path.with_name(f"{path.stem}.sasrec-resume.pt")
+
+
+def carry_out(folder: Path, path: Path, overrides: list[str]) -> str | None:
+    """Copy the run folder's SASRec training state (the baselines stage's resume file) beside
+    the seed file ``path``; what was copied, or None where there is none (not started, or
+    the stage finished)."""
+    state = folder_settings(folder, overrides).paths.sasrec_resume
+    if not state.exists():
+        return None
+    with atomic_path(carried_state(path)) as tmp:
+        shutil.copyfile(state, tmp)
+    return f"{state} -> {carried_state(path)}"
+
+
+def carry_in(folder: Path, path: Path, overrides: list[str]) -> None:
+    """Put a carried SASRec training state into a run folder that has none, so its baselines
+    stage goes on after the carried epoch (where the state is of the same run: settings, data)."""
+    carried = carried_state(path)
+    state = folder_settings(folder, overrides).paths.sasrec_resume
+    if carried.exists() and not state.exists():
+        state.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(carried, state)
+        print(f"SASRec goes on from {carried}", file=sys.stderr, flush=True)
 
 
 def run_overrides(preset: str, seed: int, overrides: list[str]) -> list[str]:
@@ -795,6 +831,12 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, help="default: bench/runs/quality[-<source>]")
     parser.add_argument("--seeds-dir", type=Path, default=SEEDS_DIR, help="the seed files' root")
     parser.add_argument("--skip-run", action="store_true", help="only read the seed files")
+    parser.add_argument(
+        "--carry-out",
+        action="store_true",
+        help="copy each seed's unfinished SASRec training state beside its seed file (commit "
+        "it: a later run there goes on from it), then stop; safe beside a running bench",
+    )
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--output", type=Path, help="default: metrics/quality[-<source>].json")
     parser.add_argument(
@@ -871,7 +913,10 @@ def run_all(args: argparse.Namespace, source: Source, workdir: Path, overrides: 
             folder = run_folder(workdir, preset, seed)
             path = seed_file(args.seeds_dir, source.dataset, preset, seed)
             if not seed_is_current(path, folder, run, seed in generative):
+                carry_in(folder, path, run)
                 run_seed(folder, path, run, seed in generative, args.start, args.until)
+            if path.exists():
+                carried_state(path).unlink(missing_ok=True)
         if args.until != LAST or not args.objectives:
             continue
         first = first_generative(seed_runs(args.seeds_dir, source.dataset, preset))
@@ -891,6 +936,14 @@ def main() -> None:
     overrides = [*source.overrides, f"embed.cache_dir={workdir / 'cache'}", *args.overrides]
     output = args.output or source.output
     plot = plot_path(args.output)
+    if args.carry_out:
+        for preset in args.presets:
+            for seed in args.seeds:
+                run = run_overrides(preset, seed, overrides)
+                path = seed_file(args.seeds_dir, source.dataset, preset, seed)
+                copied = carry_out(run_folder(workdir, preset, seed), path, run)
+                print(copied or f"{preset} seed {seed}: no unfinished SASRec training state")
+        return
     if not args.skip_run:
         run_all(args, source, workdir, overrides)
         if args.until != LAST:

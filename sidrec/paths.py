@@ -96,6 +96,13 @@ class DatasetPaths:
         return self.baselines_dir / "sasrec"
 
     @property
+    def sasrec_resume(self) -> Path:
+        """SASRec's training state after its last epoch while the baselines stage runs: a
+        stopped run goes on from there (``models.baselines.sasrec.train_sasrec``); removed
+        once the stage's outputs are written. Not a stage output."""
+        return self.baselines_dir / "sasrec-resume.pt"
+
+    @property
     def ease_choice(self) -> Path:
         """EASE's L2 and the SASRec + EASE blend's weight, chosen on the validation selection
         half (or why both were left out): evaluate fits EASE on the train split with them

@@ -5,7 +5,9 @@ Every choice is made on the *selection* half of the validation users
 (:func:`sidrec.protocol.validation_half`), ranked as evaluate ranks (seen items excluded under
 ``evaluate.exclude_seen``), never on the gate half the promotion gate judges on: SASRec's
 checkpoint (early stopping), then EASE's L2 by NDCG@10, then the blend's α with EASE at that
-L2. SASRec goes to ``artifacts/baselines/<ds>/sasrec/`` (``model.pt`` + ``config.json``),
+L2. SASRec keeps its training state in ``artifacts/baselines/<ds>/sasrec-resume.pt`` after
+every epoch, so a stopped stage goes on from its last epoch (the file is removed once the
+outputs are written). SASRec goes to ``artifacts/baselines/<ds>/sasrec/`` (``model.pt`` + ``config.json``),
 which SFT's teacher, GRPO's collaborative reward and the evaluation load
 (``models.baselines.sasrec.load_baseline``); EASE's choice to ``artifacts/baselines/<ds>/
 ease.json`` (:mod:`tasks.shared.baselines`: evaluate refits EASE from it), or, past EASE's
@@ -95,7 +97,9 @@ def baselines(settings: Settings) -> StageResult:
     try:
         # checkpoints chosen as SFT and GRPO choose theirs: ranked as evaluate ranks
         seen = seen_items(train, selection) if settings.evaluate.exclude_seen else None
-        result = train_sasrec(train, selection, item_ids, config, exclude=seen)
+        result = train_sasrec(
+            train, selection, item_ids, config, exclude=seen, resume=paths.sasrec_resume
+        )
     except ValueError as exc:
         raise InputError(f"SASRec cannot train on the splits: {exc}") from None
     seconds = time.perf_counter() - started
@@ -119,6 +123,7 @@ def baselines(settings: Settings) -> StageResult:
         out.folder(paths.sasrec_model, lambda folder: save_sasrec(result.model, folder))
         out.json(choice._asdict(), paths.ease_choice)
         out.json(metrics, paths.metrics("baselines"))
+    paths.sasrec_resume.unlink(missing_ok=True)
     log.info(
         "SASRec: best epoch %d of %d, valid-selection NDCG@10 %.4f, %.0f s",
         metrics["best_epoch"],

@@ -17,13 +17,17 @@ embedding. Two deliberate departures from the paper, both common in later work:
   histories the model is fed.
 
 A trained model is saved as a folder (:func:`save_sasrec`: ``model.pt`` + ``config.json``)
-and loaded back, checked against the current catalog, with :func:`load_sasrec`.
+and loaded back, checked against the current catalog, with :func:`load_sasrec`. Training can
+keep its whole state in a resume file after every epoch (``train_sasrec(..., resume=path)``):
+a run stopped part-way (a preempted worker, a killed process) goes on from its last epoch and
+ends where an uninterrupted run would.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -50,6 +54,7 @@ from models.baselines import (
 )
 from models.checks import require
 from models.metrics import DEFAULT_KS, rank_metrics, topk_from_scores
+from sidrec.io import atomic_path
 from sidrec.progress import ProgressBar
 
 logger = logging.getLogger(__name__)
@@ -420,12 +425,19 @@ def train_sasrec(
     *,
     exclude: Sequence[Sequence[str]] | None = None,
     progress: bool = True,
+    resume: Path | None = None,
 ) -> SASRecTrainResult:
     """Train SASRec on the train split; early-stop on, and restore the best, validation NDCG@10.
 
     ``exclude``: per ``valid`` row, the items its ranking leaves out (the user's seen items,
     as evaluate ranks under ``evaluate.exclude_seen``), so the checkpoint is chosen on the
-    metric it is judged by."""
+    metric it is judged by.
+
+    ``resume``: a file that holds the training state after every epoch (written atomically;
+    see :class:`_ResumeState`). Where it already holds a run of the same settings, catalog
+    and data, training goes on after its last epoch, with the random streams it had, and
+    ends as the uninterrupted run would; a file of another run, or one that cannot be read,
+    is logged and replaced. The caller removes it once the result is stored."""
     index = catalog_index(item_ids)
     sequences = encode_histories(train_sequences(train), index, "train sequences")
     inputs, targets = _windows(sequences, config.max_len)
@@ -439,25 +451,47 @@ def train_sasrec(
     )
     steps_per_epoch = math.ceil(len(inputs) / config.batch_size)
     schedule = _lr_schedule(optimizer, config, steps_per_epoch)
-    history: list[dict[str, float]] = []
-    best: dict[str, float] = {"epoch": 0, "ndcg@10": -1.0}
-    best_state: dict[str, Any] = {}
-    bar = ProgressBar(range(1, config.max_epochs + 1), desc="sasrec", disable=not progress)
+    run = _ResumeState(
+        fingerprint=_run_fingerprint(
+            config, item_ids, (inputs, targets), valid_histories, valid_targets, exclude
+        )
+    )
+    if resume is not None:
+        run = run.restored(resume, model, optimizer, schedule, generator)
+    last = run.epoch if run.done else config.max_epochs
+    bar = ProgressBar(
+        range(run.epoch + 1, last + 1),
+        desc="sasrec",
+        total=config.max_epochs,
+        initial=run.epoch,
+        disable=not progress,
+    )
     for epoch in bar:
         lr = optimizer.param_groups[0]["lr"]
         loss = _train_epoch(model, inputs, targets, optimizer, generator, schedule)
-        if epoch % config.eval_every and epoch != config.max_epochs:
-            continue
-        topk = recommend(model, valid_histories, max(DEFAULT_KS), exclude=exclude)
-        metrics = rank_metrics(topk, valid_targets, DEFAULT_KS)
-        record = {"epoch": epoch, "loss": loss, "lr": lr, **metrics}
-        history.append(record)
-        bar.set_postfix(loss=f"{loss:.4f}", ndcg10=f"{record['ndcg@10']:.4f}")
-        if record["ndcg@10"] > best["ndcg@10"]:
-            best, best_state = record, copy.deepcopy(model.state_dict())
-        elif epoch - best["epoch"] >= config.patience:
+        run.epoch = epoch
+        if epoch % config.eval_every == 0 or epoch == config.max_epochs:
+            topk = recommend(model, valid_histories, max(DEFAULT_KS), exclude=exclude)
+            record = {
+                "epoch": epoch,
+                "loss": loss,
+                "lr": lr,
+                **rank_metrics(topk, valid_targets, DEFAULT_KS),
+            }
+            run.history.append(record)
+            bar.set_postfix(loss=f"{loss:.4f}", ndcg10=f"{record['ndcg@10']:.4f}")
+            if record["ndcg@10"] > run.best["ndcg@10"]:
+                run.best, run.best_state = record, copy.deepcopy(model.state_dict())
+            elif epoch - run.best["epoch"] >= config.patience:
+                run.done = True
+        run.done = run.done or epoch == config.max_epochs
+        if resume is not None:
+            run.save(resume, model, optimizer, schedule, generator)
+        if run.done:
             break
-    model.load_state_dict(best_state)
+    bar.close()
+    best, history = run.best, run.history
+    model.load_state_dict(run.best_state)
     model.best_epoch = int(best["epoch"])
     model.eval()
     logger.info(
@@ -469,6 +503,120 @@ def train_sasrec(
         best["ndcg@10"],
     )
     return SASRecTrainResult(model, int(best["epoch"]), best["ndcg@10"], history, len(inputs))
+
+
+RESUME_FORMAT = 1
+"""Version of the resume file's layout; a file of another version is not resumed."""
+
+
+def _run_fingerprint(
+    config: SASRecConfig,
+    item_ids: Sequence[str],
+    windows: tuple[torch.Tensor, torch.Tensor],
+    valid_histories: list[list[int]],
+    valid_targets: np.ndarray,
+    exclude: Sequence[Sequence[str]] | None,
+) -> str:
+    """SHA-256 of everything a training run's course depends on but the hardware: the
+    config (without ``device``), the catalog, the training windows and the validation rows."""
+    digest = hashlib.sha256()
+    options = {k: v for k, v in dataclasses.asdict(config).items() if k != "device"}
+    digest.update(json.dumps(options, sort_keys=True).encode())
+    digest.update(json.dumps([str(i) for i in item_ids]).encode())
+    for tensor in windows:
+        digest.update(tensor.numpy().tobytes())
+    digest.update(json.dumps([[int(i) for i in h] for h in valid_histories]).encode())
+    digest.update(np.asarray(valid_targets, dtype=np.int64).tobytes())
+    seen = None if exclude is None else [sorted(str(i) for i in row) for row in exclude]
+    digest.update(json.dumps(seen).encode())
+    return digest.hexdigest()
+
+
+@dataclass
+class _ResumeState:
+    """A training run between two epochs: what the resume file holds, beside the model's,
+    optimizer's, schedule's and random generators' states (:meth:`save`)."""
+
+    fingerprint: str
+    """:func:`_run_fingerprint` of the run; a file with another one is not resumed."""
+    epoch: int = 0
+    """Epochs finished."""
+    done: bool = False
+    """Early stopping or ``max_epochs`` ended the run; resuming only restores its best."""
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    best: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"epoch": 0, "ndcg@10": -1.0}
+    )
+    best_state: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def save(
+        self,
+        path: Path,
+        model: SASRec,
+        optimizer: torch.optim.Optimizer,
+        schedule: torch.optim.lr_scheduler.LRScheduler | None,
+        generator: torch.Generator,
+    ) -> None:
+        """Write the run's whole state to ``path`` (atomically: a reader sees the previous
+        epoch's file or this one)."""
+        state = {
+            "format": RESUME_FORMAT,
+            **dataclasses.asdict(self),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": None if schedule is None else schedule.state_dict(),
+            "shuffle_rng": generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+
+    def restored(
+        self,
+        path: Path,
+        model: SASRec,
+        optimizer: torch.optim.Optimizer,
+        schedule: torch.optim.lr_scheduler.LRScheduler | None,
+        generator: torch.Generator,
+    ) -> _ResumeState:
+        """The run ``path`` holds, its states loaded into the objects given, where it is this
+        run (same fingerprint) after at least one epoch; else ``self`` (a fresh start)."""
+        if not path.exists():
+            return self
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            same = (
+                state.get("format") == RESUME_FORMAT
+                and state.get("fingerprint") == self.fingerprint
+            )
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, AttributeError) as exc:
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            logger.warning("SASRec: %s cannot be read (%s); training from the start", path, reason)
+            return self
+        if not same:
+            logger.warning(
+                "SASRec: %s holds a run of other settings or data; training from the start", path
+            )
+            return self
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if schedule is not None:
+            schedule.load_state_dict(state["schedule"])
+        generator.set_state(state["shuffle_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        run = _ResumeState(**{f.name: state[f.name] for f in dataclasses.fields(_ResumeState)})
+        logger.info(
+            "SASRec: resuming from %s after epoch %d (best so far: epoch %d, NDCG@10 %.4f)",
+            path,
+            run.epoch,
+            int(run.best["epoch"]),
+            run.best["ndcg@10"],
+        )
+        return run
 
 
 # --- saving and loading

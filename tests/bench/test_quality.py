@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from bench.quality import (
     TARGETS_DATASET,
     Source,
     build_report,
+    carried_state,
+    carry_out,
     load_seed_run,
     objective_folder,
     plot_curves,
@@ -603,6 +606,43 @@ def test_run_all_trains_the_generative_seeds_and_scores_the_others_baselines(
     assert seed_1.report["best_generative"] == "grpo"
     assert seed_1.record["seconds"]["baselines"] == 60.0  # kept from the baselines-only run
     assert preset()["generative_seeds"] == [0, 1]
+
+
+def test_an_unfinished_sasrec_travels_beside_its_seed_file_until_the_seed_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--carry-out copies the run folder's SASRec state beside the seed file; a run of that
+    seed in a new folder (another session) starts with it; it goes with the seed file."""
+    folder, run = run_folder(tmp_path / "runs", "default", 0), run_overrides("default", 0, [])
+    path = seed_file(tmp_path / "seeds", DATASET, "default", 0)
+    path.parent.mkdir(parents=True)
+    state = folder_settings(folder, run).paths.sasrec_resume
+    assert carry_out(folder, path, run) is None  # nothing to carry yet
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"after epoch 3")
+    assert carry_out(folder, path, run) == f"{state} -> {carried_state(path)}"
+    assert carried_state(path).read_bytes() == b"after epoch 3"
+    shutil.rmtree(tmp_path / "runs")  # a new session: the run folder is gone
+    found: list[bytes] = []
+
+    def fake_run(work: Path, overrides: list[str], *, start: Stage, until: Stage) -> StagesRun:
+        settings = folder_settings(work, overrides)
+        found.append(settings.paths.sasrec_resume.read_bytes())
+        settings.paths.sasrec_resume.unlink()  # the baselines stage finished
+        return StagesRun(settings, {}, dict.fromkeys(STAGES[: STAGES.index(until) + 1], 60.0))
+
+    def fake_score(settings: Any, *, generative: bool = True) -> tuple[Any, pd.DataFrame]:
+        report, users, _ = eval_outputs(settings.project.seed, BASELINES)
+        return report, users
+
+    monkeypatch.setattr(bench.common, "run_stages", fake_run)
+    monkeypatch.setattr(tasks.evaluate, "score_models", fake_score)
+    args = argparse.Namespace(presets=["default"], seeds=[0], generative_seeds=[])
+    vars(args).update(objectives=[], seeds_dir=tmp_path / "seeds", start="ingest", until="evaluate")
+    source = Source([], DATASET, tmp_path / "quality.json", tmp_path / "runs")
+    run_all(args, source, tmp_path / "runs", [])
+    assert found == [b"after epoch 3"]
+    assert path.exists() and not carried_state(path).exists()
 
 
 def test_a_source_names_its_dataset_outputs_and_run_folders() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from models.baselines import encode_histories, train_sequences
+from models.baselines import sasrec as sasrec_module
 from models.baselines.popularity import Popularity
 from models.baselines.sasrec import (
     SASRec,
@@ -165,6 +166,86 @@ def test_a_cosine_schedule_falls_from_lr_towards_zero_over_max_epochs_and_consta
     )
     assert [r["lr"] for r in constant.history] == [config.lr] * 4
     assert cosine.history[-1]["loss"] != constant.history[-1]["loss"]  # the rate was applied
+
+
+TRAIN_EPOCH = sasrec_module._train_epoch
+
+
+class StopAfter:
+    """``_train_epoch`` that raises KeyboardInterrupt (a killed run) when asked for epoch
+    ``stop`` of this run, and counts the epochs it trained."""
+
+    def __init__(self, stop: int | None = None) -> None:
+        self.stop, self.epochs = stop, 0
+
+    def __call__(self, *args: object, **kwargs: object) -> float:
+        if self.epochs + 1 == self.stop:
+            raise KeyboardInterrupt
+        self.epochs += 1
+        return TRAIN_EPOCH(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def same_weights(a: SASRec, b: SASRec) -> bool:
+    return all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+
+
+RESUMABLE = dict(max_epochs=6, patience=10, dropout=0.3, lr_schedule="cosine")
+"""Dropout and a schedule: a resumed run matches only where their states were restored."""
+
+
+def test_a_stopped_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupted_one(
+    splits: dict[str, pd.DataFrame], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tiny_config(**RESUMABLE)
+    whole = train_sasrec(splits["train"], splits["valid"], ITEMS, config, progress=False)
+    file = tmp_path / "state" / "resume.pt"
+    killed = StopAfter(stop=4)
+    monkeypatch.setattr(sasrec_module, "_train_epoch", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_sasrec(splits["train"], splits["valid"], ITEMS, config, progress=False, resume=file)
+    assert killed.epochs == 3 and file.exists()
+    assert [p.name for p in file.parent.iterdir()] == ["resume.pt"]  # no staging left
+    resumed = StopAfter()
+    monkeypatch.setattr(sasrec_module, "_train_epoch", resumed)
+    again = train_sasrec(
+        splits["train"], splits["valid"], ITEMS, config, progress=False, resume=file
+    )
+    assert resumed.epochs == 3  # epochs 4..6 only
+    assert again.history == whole.history and again.best_epoch == whole.best_epoch
+    assert same_weights(again.model, whole.model)
+    # the file now holds a finished run: resuming it trains nothing and returns its best
+    finished = StopAfter()
+    monkeypatch.setattr(sasrec_module, "_train_epoch", finished)
+    last = train_sasrec(
+        splits["train"], splits["valid"], ITEMS, config, progress=False, resume=file
+    )
+    assert finished.epochs == 0 and last.history == whole.history
+    assert same_weights(last.model, whole.model)
+
+
+def test_a_resume_file_of_another_run_or_unreadable_is_replaced_by_a_fresh_run(
+    splits: dict[str, pd.DataFrame], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tiny_config(**{**RESUMABLE, "max_epochs": 3})
+    whole = train_sasrec(splits["train"], splits["valid"], ITEMS, config, progress=False)
+    file = tmp_path / "resume.pt"
+    other = tiny_config(**{**RESUMABLE, "max_epochs": 3, "lr": 5e-3})
+    train_sasrec(splits["train"], splits["valid"], ITEMS, other, progress=False, resume=file)
+    fresh = train_sasrec(
+        splits["train"], splits["valid"], ITEMS, config, progress=False, resume=file
+    )
+    assert f"{file} holds a run of other settings or data" in caplog.text
+    assert fresh.history == whole.history
+    # the same settings on other data (the valid rows cut) is another run too
+    caplog.clear()
+    train_sasrec(splits["train"], splits["valid"][1:], ITEMS, config, progress=False, resume=file)
+    assert "other settings or data" in caplog.text
+    file.write_bytes(b"not a checkpoint")
+    again = train_sasrec(
+        splits["train"], splits["valid"], ITEMS, config, progress=False, resume=file
+    )
+    assert f"{file} cannot be read" in caplog.text
+    assert again.history == whole.history and file.stat().st_size > 100
 
 
 def test_sasrec_validates_with_the_given_exclusions(splits: dict[str, pd.DataFrame]) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from models.baselines import catalog_index, encode_histories, encode_targets
 from models.baselines.ease import EASE
-from models.baselines.sasrec import load_baseline, recommend, train_sasrec
+from models.baselines.sasrec import load_baseline, recommend, save_sasrec, train_sasrec
 from models.metrics import rank_metrics
 from sidrec.errors import InputError
 from sidrec.io import read_table
@@ -56,6 +56,7 @@ def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(split_proje
     assert m["max_len"] == split_project.split.max_history == 20
     assert 1 <= m["best_epoch"] <= m["epochs_run"] <= SASREC["max_epochs"]
     assert m["windows"] > 0 and m["seconds"] >= 0
+    assert not paths.sasrec_resume.exists()  # the training state goes once the model is stored
 
     loaded = load_baseline(split_project.paths.sasrec_model, item_ids=ITEM_IDS)
     trained = replace(sasrec_config(split_project), device="cpu")  # loaded on the CPU
@@ -104,8 +105,20 @@ def test_a_failed_run_keeps_the_previous_model_and_metrics(split_project, monkey
     with pytest.raises(OSError, match="disk full"):
         baselines(split_project)
     assert {p: p.read_bytes() for p in before} == before
-    # no staging left
-    assert sorted(p.name for p in paths.baselines_dir.iterdir()) == ["ease.json", "sasrec"]
+    # no staging left; SASRec's finished training state stays for the next try
+    names = sorted(p.name for p in paths.baselines_dir.iterdir())
+    assert names == ["ease.json", "sasrec", "sasrec-resume.pt"]
+    monkeypatch.setattr("tasks.baselines.save_sasrec", save_sasrec)
+    calls: list[int] = []
+    monkeypatch.setattr(
+        "models.baselines.sasrec._train_epoch", lambda *a, **k: calls.append(1) or 0.0
+    )
+    baselines(split_project)  # goes on from the finished state: no epoch trained again
+    assert calls == [] and not paths.sasrec_resume.exists()
+    first = json.loads(before[paths.metrics("baselines")])
+    now = json.loads(paths.metrics("baselines").read_text())
+    assert now["best_epoch"] == first["best_epoch"]
+    assert now["valid_selection"] == first["valid_selection"]
 
 
 MISSING = r"sasrec: no trained SASRec model .*; run `sidrec baselines` to train it"
