@@ -262,14 +262,31 @@ def write_run_record(
     }
     if prepared is not None:
         record["prepared_on"] = {"until": prepared["until"], "machine": prepared["machine"]}
+    baselines = settings.paths.metrics("baselines")
+    if "baselines" in ran and baselines.exists():
+        resumed = json.loads(baselines.read_text()).get("resumed_after_epoch", 0)
+        if resumed:  # its seconds are those of the epochs after it only
+            record["resumed"] = {"baselines": resumed}
     atomic_write_json(folder / RUN_RECORD, record)
     return record
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": gpu,
@@ -280,12 +297,19 @@ def machine() -> dict[str, Any]:
 
 def per_user_scores(run: Path, split: str, model: str, metrics: Sequence[str]) -> Any:
     """``metrics`` of ``model`` on ``split`` per user (a DataFrame indexed by user_id), from the
-    run folder's ``metrics/eval_users.parquet`` (written by ``evaluate``); one row per user."""
+    run folder's ``metrics/eval_users.parquet`` (written by ``evaluate``: ``valid``, its gate
+    half, and ``test``) or, for ``selection`` (the other half of valid),
+    ``metrics/selection_users.parquet`` (written by ``bench.experiments.breakdown``); one row
+    per user."""
     import pandas as pd
 
-    path = run / "metrics" / "eval_users.parquet"
+    if split == "selection":
+        path = run / "metrics" / "selection_users.parquet"
+        hint = "run `python -m bench.experiments.breakdown` on the folder first"
+    else:
+        path, hint = run / "metrics" / "eval_users.parquet", "run `sidrec evaluate` there first"
     if not path.exists():
-        raise InputError("no per-user scores; run `sidrec evaluate` there first", path=path)
+        raise InputError(f"no per-user scores; {hint}", path=path)
     table = pd.read_parquet(path)
     rows = table[(table["split"] == split) & (table["model"] == model)]
     if rows.empty:

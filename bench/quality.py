@@ -414,10 +414,18 @@ def summarize_preset(
     }
     timed = generative or runs  # a generative seed's record holds every stage's seconds
     stages = list(dict.fromkeys(s for r in timed for s in r.record["seconds"]))
-    minutes = {}
+    minutes, left_out = {}, {}
     for stage in stages:
         ran = [r for r in timed if stage in r.record["seconds"]]
-        minutes[stage] = round(statistics.fmean(r.record["seconds"][stage] for r in ran) / 60, 2)
+        whole = [r for r in ran if stage not in r.record.get("resumed", {})] or ran
+        left_out.update(
+            {
+                f"{stage}, seed {r.record['seed']}": r.record["resumed"][stage]
+                for r in ran
+                if r not in whole
+            }
+        )
+        minutes[stage] = round(statistics.fmean(r.record["seconds"][stage] for r in whole) / 60, 2)
     if generative:
         minutes["total"] = round(sum(minutes.values()), 2)
     record = timed[0].record
@@ -439,6 +447,8 @@ def summarize_preset(
         "grpo_minus_sft": grpo_minus_sft(generative, resamples) if generative else None,
         "minutes": minutes,
         "minutes_over": "the generative seeds" if generative else "the seeds",
+        "minutes_resumed": left_out,
+        "machines": sorted({r.record["machine"].get("cpu", "?") for r in runs}),
         "machine": record["machine"],
         "prepared_on": record.get("prepared_on"),
     }
@@ -701,6 +711,13 @@ def tables(report: dict[str, Any]) -> str:
             "| | " + " | ".join(f"{v:.1f}" for v in p["minutes"].values()) + " |",
             "",
         ]
+        if p.get("minutes_resumed"):
+            lines += [
+                "left out of the minutes (the stage went on from a resume file after the epoch "
+                "given, so its time covers the later epochs only): "
+                + ", ".join(f"{k} (after epoch {v})" for k, v in p["minutes_resumed"].items()),
+                "",
+            ]
     if "published" in report:
         lines += _published_table(report["published"])
     for preset, curves in report["objectives"].items():
@@ -719,6 +736,14 @@ def tables(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cpus(models: list[str]) -> str:
+    """The processors the seeds ran on, where the records name them (older ones do not)."""
+    named = [m for m in models if m != "?"]
+    if not named:
+        return ""
+    return f"; CPU {named[0]}" if len(named) == 1 else f"; CPUs (seeds differ) {', '.join(named)}"
+
+
 def _preset_table(dataset: str, preset: str, p: dict[str, Any]) -> list[str]:
     """The preset's heading (data, seeds, machine, history read) and its models table."""
     m = p["machine"]
@@ -733,7 +758,8 @@ def _preset_table(dataset: str, preset: str, p: dict[str, Any]) -> list[str]:
     lines = [
         f"**preset {preset}** — {dataset}, {p['test_users']} test users, mean ± sd over seeds "
         f"{', '.join(map(str, p['seeds']))} (SID models: seeds {generative}); {m['cpus']} CPUs, "
-        f"{m['torch_threads']} torch threads, GPU {m['gpu'] or 'none'}{before}",
+        f"{m['torch_threads']} torch threads, GPU {m['gpu'] or 'none'}{before}"
+        + _cpus(p.get("machines", [])),
         "",
     ]
     history = p.get("history")

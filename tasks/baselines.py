@@ -113,6 +113,7 @@ def baselines(settings: Settings) -> StageResult:
         "valid_selection_exclude_seen": settings.evaluate.exclude_seen,
         "best_epoch": result.best_epoch,
         "epochs_run": int(result.history[-1]["epoch"]),
+        "resumed_after_epoch": result.resumed_after,
         "valid_selection": {k: round(v, 6) for k, v in best.items() if "@" in k},
         "seconds": round(seconds, 1),
     }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,8 +37,9 @@ import pandas as pd
 from prefect import task
 
 from models.baselines import catalog_index, encode_histories, encode_targets
+from models.baselines.ease import EASE
 from models.baselines.popularity import Popularity
-from models.baselines.sasrec import load_baseline, recommend
+from models.baselines.sasrec import SASRec, load_baseline, recommend
 from models.metrics import (
     catalog_coverage,
     per_row_metrics,
@@ -117,6 +119,98 @@ def evaluate(settings: Settings) -> StageResult:
     return StageResult.from_files("evaluate", files, report, summary_line(report))
 
 
+@dataclass(frozen=True)
+class Rankers:
+    """Every model evaluate ranks with, loaded once (:func:`load_rankers`)."""
+
+    item_ids: list[str]
+    index: dict[str, int]
+    k: int
+    """Ranking depth: the largest of ``evaluate.ks``."""
+    popularity: Popularity
+    sasrec: SASRec
+    choice: EaseChoice
+    ease: EASE | None
+    """None past EASE's catalog limit (``left_out`` says why)."""
+    left_out: dict[str, str]
+    generators: dict[str, SidRecommender]
+    """The SID models by name (``sft``, ``grpo``); empty for the baselines alone."""
+
+
+def load_rankers(
+    settings: Settings,
+    item_ids: list[str],
+    sid_map: dict[str, list[int]],
+    train: pd.DataFrame,
+    *,
+    generative: bool = True,
+) -> Rankers:
+    """Popularity and EASE fitted on the train split, SASRec and (with ``generative``) the SID
+    models loaded from the stages that trained them (a missing one named in that order)."""
+    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
+    choice = read_ease_choice(settings)
+    ease, left_out = fitted_ease(choice, item_ids, train)
+    generators = {}
+    if generative:
+        generators["sft"] = _generator(settings, "sft", sid_map, item_ids)
+        if settings.grpo.enabled:
+            generators["grpo"] = _generator(settings, "grpo", sid_map, item_ids)
+    return Rankers(
+        item_ids=item_ids,
+        index=catalog_index(item_ids),
+        k=max(settings.evaluate.ks),  # evaluate.num_beams >= k (the settings check it)
+        popularity=Popularity(item_ids=item_ids).fit(train),
+        sasrec=sasrec,
+        choice=choice,
+        ease=ease,
+        left_out=left_out,
+        generators=generators,
+    )
+
+
+def rank_rows(
+    settings: Settings,
+    rankers: Rankers,
+    splits: dict[str, pd.DataFrame],
+    name: str,
+    rows: pd.DataFrame,
+) -> tuple[dict[str, dict[str, float]], pd.DataFrame]:
+    """Rank ``rows`` (of split ``name``: ``test`` also excludes the valid target) with every
+    model under the protocol; the report's rows for them (mean metrics per model) and the
+    per-user frame (``split`` = ``name``, ``model``, ``user_id``, the metrics, ``ranking``)."""
+    cfg = settings.evaluate
+    k, index, item_ids = rankers.k, rankers.index, rankers.item_ids
+    targets = encode_targets(list(rows["target"]), index, f"{name} targets")
+    histories = [list(h) for h in rows["history"]]
+    exclude = exclusions(settings, splits, name, rows)
+    log.info("%s: ranking %d rows with the baselines", name, len(rows))
+    topks = {
+        "popularity": popularity_topk(rankers.popularity, len(rows), k, exclude),
+        "sasrec": recommend(rankers.sasrec, histories, k, exclude=exclude),
+    }
+    if rankers.ease is not None:
+        alpha = rankers.choice.alpha
+        assert alpha is not None  # read_ease_choice checks it
+        topks |= ease_topks(rankers.sasrec, rankers.ease, alpha, histories, exclude, index, k)
+    truncated: dict[str, int] = {}
+    for model_name, generator in rankers.generators.items():
+        ranking = generator.rank(histories, k, exclude=exclude, progress=True)
+        topks[model_name], truncated[model_name] = ranking.items, ranking.truncated
+    allowed = np.full(len(rows), len(item_ids))
+    if exclude is not None:
+        allowed -= np.array([sum(i in index for i in e) for e in exclude])
+    report, frames = _score(topks, targets, cfg.ks, rankers.popularity.counts, allowed)
+    for model_name, topk in topks.items():  # the rankings themselves, for inspection
+        frames[model_name]["ranking"] = [[item_ids[i] for i in r if i >= 0] for r in topk]
+    for model_name, frame in frames.items():
+        frame.insert(0, "user_id", rows["user_id"].astype(str).to_numpy())
+        frame.insert(0, "model", model_name)
+        frame.insert(0, "split", name)
+    for model_name in rankers.generators:
+        report[model_name]["truncated_prompts"] = truncated[model_name]
+    return report, pd.concat(frames.values(), ignore_index=True)
+
+
 def score_models(
     settings: Settings, *, generative: bool = True
 ) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -128,66 +222,30 @@ def score_models(
     items, sid_map = load_catalog_and_map(settings)
     item_ids = items["item_id"].tolist()
     splits = {s: read_split(settings, s) for s in ("train", *EVAL_SPLITS)}
-    k = max(cfg.ks)  # evaluate.num_beams >= k (the settings check it)
-    index = catalog_index(item_ids)
     started = time.perf_counter()
-    popularity = Popularity(item_ids=item_ids).fit(splits["train"])
-    sasrec = load_baseline(settings.paths.sasrec_model, item_ids=item_ids)
-    choice = read_ease_choice(settings)
-    ease, left_out = fitted_ease(choice, item_ids, splits["train"])
-    generators = {}
-    if generative:
-        generators["sft"] = _generator(settings, "sft", sid_map, item_ids)
-        if settings.grpo.enabled:
-            generators["grpo"] = _generator(settings, "grpo", sid_map, item_ids)
-
+    rankers = load_rankers(settings, item_ids, sid_map, splits["train"], generative=generative)
+    generators = list(rankers.generators)
     report: dict[str, Any] = {"dataset": settings.project.dataset, "ks": list(cfg.ks)}
     report["items"] = len(item_ids)
     per_user: list[pd.DataFrame] = []
     for name, rows in eval_rows(settings, splits).items():
         if len(rows) == 0:
             raise InputError(f"no {name} rows to evaluate", path=paths.split(name))
-        targets = encode_targets(list(rows["target"]), index, f"{name} targets")
-        histories = [list(h) for h in rows["history"]]
-        exclude = exclusions(settings, splits, name, rows)
-        log.info("%s: ranking %d rows with the baselines", name, len(rows))
-        topks = {
-            "popularity": popularity_topk(popularity, len(rows), k, exclude),
-            "sasrec": recommend(sasrec, histories, k, exclude=exclude),
-        }
-        if ease is not None:
-            assert choice.alpha is not None  # read_ease_choice checks it
-            topks |= ease_topks(sasrec, ease, choice.alpha, histories, exclude, index, k)
-        truncated: dict[str, int] = {}
-        for model_name, generator in generators.items():
-            ranking = generator.rank(histories, k, exclude=exclude, progress=True)
-            topks[model_name], truncated[model_name] = ranking.items, ranking.truncated
-        allowed = np.full(len(rows), len(item_ids))
-        if exclude is not None:
-            allowed -= np.array([sum(i in index for i in e) for e in exclude])
-        report[name], frames = _score(topks, targets, cfg.ks, popularity.counts, allowed)
-        for model_name, topk in topks.items():  # the rankings themselves, for inspection
-            frames[model_name]["ranking"] = [[item_ids[i] for i in r if i >= 0] for r in topk]
-        for model_name, frame in frames.items():
-            frame.insert(0, "user_id", rows["user_id"].astype(str).to_numpy())
-            frame.insert(0, "model", model_name)
-            frame.insert(0, "split", name)
-            per_user.append(frame)
-        for model_name in generators:
-            report[name][model_name]["truncated_prompts"] = truncated[model_name]
+        report[name], frame = rank_rows(settings, rankers, splits, name, rows)
+        per_user.append(frame)
         report[f"{name}_rows"] = len(rows)
     users = pd.concat(per_user, ignore_index=True)
-    best = best_generative(settings, list(generators))
+    best = best_generative(settings, generators)
     baseline = best_baseline(users, cfg.ks)
     report |= _uncertainty(
         users, best, cfg.bootstrap_resamples, settings.project.seed, best_baseline=baseline
     )
     report["protocol"] = protocol(
-        settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report, list(generators)
+        settings, {s: len(splits[s]) for s in EVAL_SPLITS}, report, generators
     )
-    report["protocol"]["baselines"] = _baselines_record(choice, left_out)
-    report["protocol"]["history"] = history_record(settings, sid_map, report, list(generators))
-    report["sasrec_best_epoch"] = sasrec.best_epoch
+    report["protocol"]["baselines"] = _baselines_record(rankers.choice, rankers.left_out)
+    report["protocol"]["history"] = history_record(settings, sid_map, report, generators)
+    report["sasrec_best_epoch"] = rankers.sasrec.best_epoch
     report["seconds"] = round(time.perf_counter() - started, 1)
     return report, users
 

@@ -2,6 +2,7 @@
 
     python -m bench.experiments.compare /tmp/base /tmp/variant                 # sft of each run, test
     python -m bench.experiments.compare /tmp/base /tmp/variant --model grpo --split valid
+    python -m bench.experiments.compare /tmp/base /tmp/variant --split selection   # after breakdown on both
     python -m bench.experiments.compare /tmp/base /tmp/base --model sft --model-b grpo
     python -m bench.experiments.compare base/seed-0 var/seed-0 base/seed-1 var/seed-1   # pooled over seeds
 
@@ -37,7 +38,13 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", default="sft", help="model of run A (and of B by default)")
     parser.add_argument("--model-b", default=None, help="model of run B (default: --model)")
-    parser.add_argument("--split", default="test", choices=("valid", "test"))
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=("valid", "test", "selection"),
+        help="valid: its gate half (evaluate's); selection: the other half, as "
+        "bench.experiments.breakdown scored it (the half settings are chosen on)",
+    )
     parser.add_argument("--resamples", type=int, default=1000)
 
 

@@ -291,6 +291,8 @@ class SASRecTrainResult(NamedTuple):
     first step, and every validation hr@K / ndcg@K."""
     windows: int
     """Training windows (of at most ``max_len`` transitions) the train split was cut into."""
+    resumed_after: int = 0
+    """The epoch a resume file took the run up to (0: trained from the start)."""
 
 
 def _windows(sequences: list[list[int]], max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -458,6 +460,7 @@ def train_sasrec(
     )
     if resume is not None:
         run = run.restored(resume, model, optimizer, schedule, generator)
+    resumed_after = run.epoch
     last = run.epoch if run.done else config.max_epochs
     bar = ProgressBar(
         range(run.epoch + 1, last + 1),
@@ -502,7 +505,9 @@ def train_sasrec(
         int(history[-1]["epoch"]),
         best["ndcg@10"],
     )
-    return SASRecTrainResult(model, int(best["epoch"]), best["ndcg@10"], history, len(inputs))
+    return SASRecTrainResult(
+        model, int(best["epoch"]), best["ndcg@10"], history, len(inputs), resumed_after
+    )
 
 
 RESUME_FORMAT = 1

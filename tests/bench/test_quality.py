@@ -433,7 +433,8 @@ def test_the_json_holds_every_section_and_round_trips(tmp_path: Path, runs: Any)
     assert set(report) == {"dataset", "presets", "objectives", "reference_half_width"}
     keys = {"seeds", "generative_seeds", "runs", "test_users", "best_generative", "best_baseline"}
     keys |= {"history", "models", "best_generative_vs_best_baseline", "best_generative_vs_sasrec"}
-    keys |= {"grpo_minus_sft", "minutes", "minutes_over", "machine", "prepared_on"}
+    keys |= {"grpo_minus_sft", "minutes", "minutes_over", "minutes_resumed", "machine"}
+    keys |= {"machines", "prepared_on"}
     assert set(report["presets"]["default"]) == keys
     assert list(report["presets"]["default"]["models"]) == [*MODELS, BEST, BEST_BASELINE]
     assert set(report["objectives"]["default"]) == {"sequence", "rows"}
@@ -497,6 +498,27 @@ def test_tables_name_the_machine_a_folder_was_prepared_on(tmp_path: Path, runs: 
         "16 CPUs, 2 torch threads, GPU NVIDIA H100 80GB HBM3 (the stages until baselines on "
         "2 CPUs, GPU none)" in text
     )
+
+
+def test_a_resumed_stage_is_left_out_of_the_minutes_and_the_cpus_are_named(
+    tmp_path: Path, runs: Any
+) -> None:
+    for seed, cpu in zip(SEEDS, ("Xeon", "EPYC", "EPYC"), strict=True):
+        path = seed_file(tmp_path / "seeds", DATASET, "default", seed)
+        data = json.loads(path.read_text())
+        data["record"]["machine"] = {**MACHINE, "cpu": cpu}
+        if seed == 1:  # its SASRec went on after epoch 40: its seconds cover the rest only
+            data["record"] |= {"resumed": {"baselines": 40}}
+            data["record"]["seconds"]["baselines"] = 600.0
+        path.write_text(json.dumps(data))
+    preset = report_of(tmp_path)["presets"]["default"]
+    assert preset["minutes"]["baselines"] == MINUTES["baselines"]  # seeds 0 and 2
+    assert preset["minutes_resumed"] == {"baselines, seed 1": 40}
+    assert preset["machines"] == ["EPYC", "Xeon"]
+    text = tables(report_of(tmp_path))
+    assert "left out of the minutes (the stage went on from a resume file" in text
+    assert "baselines, seed 1 (after epoch 40)" in text
+    assert "GPU none; CPUs (seeds differ) EPYC, Xeon" in text
 
 
 def test_sft_curves_spread_train_seconds_over_the_steps(tmp_path: Path, runs: Any) -> None:

@@ -210,7 +210,8 @@ def test_a_stopped_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupted
     again = train_sasrec(
         splits["train"], splits["valid"], ITEMS, config, progress=False, resume=file
     )
-    assert resumed.epochs == 3  # epochs 4..6 only
+    assert resumed.epochs == 3 and again.resumed_after == 3  # epochs 4..6 only
+    assert whole.resumed_after == 0
     assert again.history == whole.history and again.best_epoch == whole.best_epoch
     assert same_weights(again.model, whole.model)
     # the file now holds a finished run: resuming it trains nothing and returns its best

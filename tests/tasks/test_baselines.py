@@ -55,7 +55,7 @@ def test_baselines_saves_sasrec_that_loads_back_and_ranks_as_trained(split_proje
     assert 0 < m["valid_selection_rows"] == len(selection) < len(valid)  # never the gate half
     assert m["max_len"] == split_project.split.max_history == 20
     assert 1 <= m["best_epoch"] <= m["epochs_run"] <= SASREC["max_epochs"]
-    assert m["windows"] > 0 and m["seconds"] >= 0
+    assert m["windows"] > 0 and m["seconds"] >= 0 and m["resumed_after_epoch"] == 0
     assert not paths.sasrec_resume.exists()  # the training state goes once the model is stored
 
     loaded = load_baseline(split_project.paths.sasrec_model, item_ids=ITEM_IDS)
@@ -118,6 +118,7 @@ def test_a_failed_run_keeps_the_previous_model_and_metrics(split_project, monkey
     first = json.loads(before[paths.metrics("baselines")])
     now = json.loads(paths.metrics("baselines").read_text())
     assert now["best_epoch"] == first["best_epoch"]
+    assert now["resumed_after_epoch"] == first["epochs_run"]  # the whole run was in the file
     assert now["valid_selection"] == first["valid_selection"]
 
 
