@@ -458,8 +458,9 @@ def train_sasrec(
             config, item_ids, (inputs, targets), valid_histories, valid_targets, exclude
         )
     )
+    live = _Training(model, optimizer, schedule, generator)
     if resume is not None:
-        run = run.restored(resume, model, optimizer, schedule, generator)
+        run = run.restored(resume, live)
     resumed_after = run.epoch
     last = run.epoch if run.done else config.max_epochs
     bar = ProgressBar(
@@ -489,7 +490,7 @@ def train_sasrec(
                 run.done = True
         run.done = run.done or epoch == config.max_epochs
         if resume is not None:
-            run.save(resume, model, optimizer, schedule, generator)
+            run.save(resume, live)
         if run.done:
             break
     bar.close()
@@ -537,10 +538,19 @@ def _run_fingerprint(
     return digest.hexdigest()
 
 
+class _Training(NamedTuple):
+    """The objects whose states a resume file holds besides :class:`_ResumeState`."""
+
+    model: SASRec
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler | None
+    generator: torch.Generator
+
+
 @dataclass
 class _ResumeState:
-    """A training run between two epochs: what the resume file holds, beside the model's,
-    optimizer's, schedule's and random generators' states (:meth:`save`)."""
+    """A training run between two epochs: what the resume file holds beside the states of
+    the :class:`_Training` objects (:meth:`save`)."""
 
     fingerprint: str
     """:func:`_run_fingerprint` of the run; a file with another one is not resumed."""
@@ -557,20 +567,17 @@ class _ResumeState:
     def save(
         self,
         path: Path,
-        model: SASRec,
-        optimizer: torch.optim.Optimizer,
-        schedule: torch.optim.lr_scheduler.LRScheduler | None,
-        generator: torch.Generator,
+        live: _Training,
     ) -> None:
         """Write the run's whole state to ``path`` (atomically: a reader sees the previous
         epoch's file or this one)."""
         state = {
             "format": RESUME_FORMAT,
             **dataclasses.asdict(self),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": None if schedule is None else schedule.state_dict(),
-            "shuffle_rng": generator.get_state(),
+            "model": live.model.state_dict(),
+            "optimizer": live.optimizer.state_dict(),
+            "schedule": None if live.schedule is None else live.schedule.state_dict(),
+            "shuffle_rng": live.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -581,13 +588,10 @@ class _ResumeState:
     def restored(
         self,
         path: Path,
-        model: SASRec,
-        optimizer: torch.optim.Optimizer,
-        schedule: torch.optim.lr_scheduler.LRScheduler | None,
-        generator: torch.Generator,
+        live: _Training,
     ) -> _ResumeState:
-        """The run ``path`` holds, its states loaded into the objects given, where it is this
-        run (same fingerprint) after at least one epoch; else ``self`` (a fresh start)."""
+        """The run ``path`` holds, its states loaded into ``live``, where it is this run (same
+        fingerprint) after at least one epoch; else ``self`` (a fresh start)."""
         if not path.exists():
             return self
         try:
@@ -605,11 +609,11 @@ class _ResumeState:
                 "SASRec: %s holds a run of other settings or data; training from the start", path
             )
             return self
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if schedule is not None:
-            schedule.load_state_dict(state["schedule"])
-        generator.set_state(state["shuffle_rng"])
+        live.model.load_state_dict(state["model"])
+        live.optimizer.load_state_dict(state["optimizer"])
+        if live.schedule is not None:
+            live.schedule.load_state_dict(state["schedule"])
+        live.generator.set_state(state["shuffle_rng"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
