@@ -29,7 +29,8 @@ seed file of the preset (``--skip-run``: without running anything). A seed whose
 outlasts a working session travels the same way: ``--carry-out`` (beside the running bench)
 copies each run folder's SASRec training state to ``seed-<s>.sasrec-resume.pt`` beside its
 seed file; a later run of that seed puts it back into its folder and SASRec goes on after the
-carried epoch (``train_sasrec(resume=...)``); the file goes once the seed file is written. ``--until`` stops the runs
+carried epoch (``train_sasrec(resume=...)``); the file goes once the seed file is written.
+``--until`` stops the runs
 after a stage (no report); ``--start`` runs from a stage in folders prepared that way with the
 same options, which may have travelled inside the repo to another machine. Every run scores the
 same test users (the split does not depend on the seed). Per preset it prints:
@@ -190,11 +191,16 @@ def carried_state(path: Path) -> Path:
     return path.with_name(f"{path.stem}.sasrec-resume.pt")
 
 
+def resume_file(folder: Path, overrides: list[str]) -> Path:
+    """The baselines stage's SASRec resume file in a run folder."""
+    return folder_settings(folder, overrides).paths.sasrec_resume
+
+
 def carry_out(folder: Path, path: Path, overrides: list[str]) -> str | None:
     """Copy the run folder's SASRec training state (the baselines stage's resume file) beside
     the seed file ``path``; what was copied, or None where there is none (not started, or
     the stage finished)."""
-    state = folder_settings(folder, overrides).paths.sasrec_resume
+    state = resume_file(folder, overrides)
     if not state.exists():
         return None
     with atomic_path(carried_state(path)) as tmp:
@@ -206,7 +212,7 @@ def carry_in(folder: Path, path: Path, overrides: list[str]) -> None:
     """Put a carried SASRec training state into a run folder that has none, so its baselines
     stage goes on after the carried epoch (where the state is of the same run: settings, data)."""
     carried = carried_state(path)
-    state = folder_settings(folder, overrides).paths.sasrec_resume
+    state = resume_file(folder, overrides)
     if carried.exists() and not state.exists():
         state.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(carried, state)
@@ -448,7 +454,7 @@ def summarize_preset(
         "minutes": minutes,
         "minutes_over": "the generative seeds" if generative else "the seeds",
         "minutes_resumed": left_out,
-        "machines": sorted({r.record["machine"].get("cpu", "?") for r in runs}),
+        "machines": sorted({cpu for r in runs if (cpu := r.record["machine"].get("cpu"))}),
         "machine": record["machine"],
         "prepared_on": record.get("prepared_on"),
     }
@@ -738,10 +744,11 @@ def tables(report: dict[str, Any]) -> str:
 
 def _cpus(models: list[str]) -> str:
     """The processors the seeds ran on, where the records name them (older ones do not)."""
-    named = [m for m in models if m != "?"]
-    if not named:
+    if not models:
         return ""
-    return f"; CPU {named[0]}" if len(named) == 1 else f"; CPUs (seeds differ) {', '.join(named)}"
+    return (
+        f"; CPU {models[0]}" if len(models) == 1 else f"; CPUs (seeds differ) {', '.join(models)}"
+    )
 
 
 def _preset_table(dataset: str, preset: str, p: dict[str, Any]) -> list[str]:
